@@ -1,0 +1,148 @@
+"""Generate each starter from its solution: marked lab bodies become numbered `LabNotImplemented` raises."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+from dataclasses import dataclass
+
+from .manifest import Checkpoint, Course
+
+BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN LAB (?P<lab>\S+)(?: (?P<target>\S+))?\s*$")
+END = re.compile(r"^[ \t]*# END LAB (?P<lab>\S+)\s*$")
+IMPORT = "from .lab import LabNotImplemented\n"
+
+
+class LabMarkerError(ValueError):
+    """A lab region is malformed; the message names the file, the line and the fix."""
+
+
+@dataclass(frozen=True)
+class Region:
+    """One marked lab body: lines [begin, end] (1-based, inclusive) of the solution file."""
+
+    lab: str
+    target: str
+    begin: int
+    end: int
+    indent: str
+
+
+def _enclosing_names(tree: ast.Module) -> dict[int, str]:
+    """Map each line inside a function to its qualified name (`Class.method`, `function`)."""
+    names: dict[int, str] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                qualname = f"{prefix}{child.name}"
+                for line in range(child.lineno, (child.end_lineno or child.lineno) + 1):
+                    names[line] = qualname
+                visit(child, f"{qualname}.")
+
+    visit(tree, "")
+    return names
+
+
+def find_regions(source: str, filename: str = "<solution>") -> list[Region]:
+    """Find the marked lab regions of a solution file, checking that they pair up."""
+    names = _enclosing_names(ast.parse(source, filename))
+    regions: list[Region] = []
+    open_at: tuple[int, str, str, str] | None = None
+    for number, line in enumerate(source.splitlines(), start=1):
+        if begin := BEGIN.match(line):
+            if open_at is not None:
+                raise LabMarkerError(
+                    f"{filename}:{number}: BEGIN LAB inside the region opened at line {open_at[0]}; close it first with '# END LAB {open_at[1]}'"
+                )
+            target = begin["target"] or names.get(number, "")
+            if not target:
+                raise LabMarkerError(
+                    f"{filename}:{number}: lab region outside a function; name its target: '# BEGIN LAB {begin['lab']} <name>'"
+                )
+            target = target.removesuffix(".__init__")
+            open_at = (number, begin["lab"], target, begin["indent"])
+        elif end := END.match(line):
+            if open_at is None or end["lab"] != open_at[1]:
+                raise LabMarkerError(
+                    f"{filename}:{number}: '# END LAB {end['lab']}' without a matching '# BEGIN LAB {end['lab']}'"
+                )
+            regions.append(Region(open_at[1], open_at[2], open_at[0], number, open_at[3]))
+            open_at = None
+    if open_at is not None:
+        raise LabMarkerError(
+            f"{filename}:{open_at[0]}: '# BEGIN LAB {open_at[1]}' is never closed; add '# END LAB {open_at[1]}'"
+        )
+    return regions
+
+
+def strip_solution(source: str, filename: str = "<solution>") -> str:
+    """Replace every marked lab body with `raise LabNotImplemented(lab, target)`."""
+    regions = find_regions(source, filename)
+    lines = source.splitlines(keepends=True)
+    for region in reversed(regions):
+        stub = f'{region.indent}raise LabNotImplemented("{region.lab}", "{region.target}")\n'
+        lines[region.begin - 1 : region.end] = [stub]
+    starter = "".join(lines)
+    if regions and IMPORT not in source:
+        starter = _add_import(starter)
+    return starter
+
+
+def _add_import(source: str) -> str:
+    """Import LabNotImplemented among the package's own imports, in sorted place."""
+    lines = source.splitlines(keepends=True)
+    local = [i for i, line in enumerate(lines) if line.startswith("from .")]
+    after = [i for i in local if lines[i] > IMPORT]
+    lines.insert(after[0] if after else local[-1] + 1, IMPORT)
+    return "".join(lines)
+
+
+def expected_starter(course: Course, checkpoint: Checkpoint) -> dict[str, bytes]:
+    """Every file the starter's pi_course must hold, relative to the starter folder."""
+    solution = course.root / checkpoint.solution
+    files: dict[str, bytes] = {}
+    for relative in checkpoint.parent_files:
+        files[relative] = (solution / relative).read_bytes()
+    for relative in checkpoint.teaching_files:
+        source = (solution / relative).read_text(encoding="utf-8")
+        files[relative] = strip_solution(source, str(solution / relative)).encode("utf-8")
+    return files
+
+
+def stale_files(course: Course, checkpoint: Checkpoint) -> list[str]:
+    """Starter files that differ from what build-labs would write (missing, changed or extra)."""
+    starter = course.root / checkpoint.starter
+    expected = expected_starter(course, checkpoint)
+    stale = [
+        rel
+        for rel, data in expected.items()
+        if not (starter / rel).is_file() or (starter / rel).read_bytes() != data
+    ]
+    package = starter / course.package
+    if package.is_dir():
+        for path in sorted(package.rglob("*.py")):
+            rel = path.relative_to(starter).as_posix()
+            if rel not in expected:
+                stale.append(rel)
+    return stale
+
+
+def build(course: Course, checkpoint: Checkpoint) -> list[str]:
+    """Rewrite the starter of one checkpoint; return the files that changed."""
+    starter = course.root / checkpoint.starter
+    changed = stale_files(course, checkpoint)
+    package = starter / course.package
+    if package.is_dir():
+        for path in package.rglob("*.py"):
+            if path.relative_to(starter).as_posix() not in expected_starter(course, checkpoint):
+                path.unlink()
+        shutil.rmtree(package / "__pycache__", ignore_errors=True)
+    for relative, data in expected_starter(course, checkpoint).items():
+        target = starter / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return changed

@@ -1,0 +1,233 @@
+"""Load `course.toml` into dataclasses; a malformed manifest names the file, the key and the fault."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT_VERSION = 1
+KIT_ROOT = Path(__file__).resolve().parents[2]
+MANIFEST_PATH = KIT_ROOT / "course.toml"
+
+
+class ManifestError(Exception):
+    """The manifest cannot be used; the message names file, key and what to fix."""
+
+
+@dataclass(frozen=True)
+class Lab:
+    """One lab of a checkpoint, e.g. 6.1, with its pytest marker and hints."""
+
+    id: str
+    marker: str
+    title: str
+    implements: tuple[str, ...]
+    hints: tuple[str, ...]
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """A named, readable change to a solution file that the focused tests must catch."""
+
+    name: str
+    description: str
+    file: str
+    find: str
+    replace: str
+    expect: str = ""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint: its parent (starter) and target (solution) trees and its labs."""
+
+    id: str
+    slug: str
+    title: str
+    starter: str
+    solution: str
+    teaching_files: tuple[str, ...]
+    parent_files: tuple[str, ...]
+    solution_only: tuple[str, ...]
+    focused_tests: tuple[str, ...]
+    test_support: tuple[str, ...]
+    notebook: str
+    first_red: str
+    labs: tuple[Lab, ...]
+    mutations: tuple[Mutation, ...] = field(default=())
+
+    def lab(self, lab_id: str) -> Lab:
+        """Return the lab with this id, or raise ManifestError listing the known ones."""
+        for lab in self.labs:
+            if lab.id == lab_id:
+                return lab
+        known = ", ".join(lab.id for lab in self.labs)
+        raise ManifestError(f"unknown lab {lab_id!r} in checkpoint {self.id}; known labs: {known}")
+
+    def mutation(self, name: str) -> Mutation:
+        """Return the mutation with this name, or raise ManifestError listing the known ones."""
+        for mutation in self.mutations:
+            if mutation.name == name:
+                return mutation
+        known = ", ".join(m.name for m in self.mutations) or "none"
+        raise ManifestError(f"unknown mutation {name!r} in checkpoint {self.id}; known mutations: {known}")
+
+    @property
+    def required_labs(self) -> tuple[Lab, ...]:
+        """The labs that count towards finishing the checkpoint (not the optional ones)."""
+        return tuple(lab for lab in self.labs if not lab.optional)
+
+
+@dataclass(frozen=True)
+class Course:
+    """The whole manifest."""
+
+    path: Path
+    format_version: int
+    title: str
+    package: str
+    checkpoints: tuple[Checkpoint, ...]
+
+    @property
+    def root(self) -> Path:
+        """The kit repository that the manifest's relative paths start from."""
+        return self.path.parent
+
+    def checkpoint(self, checkpoint_id: str) -> Checkpoint:
+        """Return a checkpoint by id ("06") or slug; raise ManifestError listing the known ones."""
+        for checkpoint in self.checkpoints:
+            if checkpoint_id in (checkpoint.id, checkpoint.slug):
+                return checkpoint
+        known = ", ".join(c.id for c in self.checkpoints)
+        raise ManifestError(f"unknown checkpoint {checkpoint_id!r}; known checkpoints: {known}")
+
+    def find_lab(self, lab_id: str) -> tuple[Checkpoint, Lab]:
+        """Find a lab by id across all checkpoints."""
+        for checkpoint in self.checkpoints:
+            for lab in checkpoint.labs:
+                if lab.id == lab_id:
+                    return checkpoint, lab
+        known = ", ".join(lab.id for c in self.checkpoints for lab in c.labs)
+        raise ManifestError(f"unknown lab {lab_id!r}; known labs: {known}")
+
+
+class _Reader:
+    """Typed access to one TOML table, with errors that say where the fault is."""
+
+    def __init__(self, path: Path, table: dict[str, Any], where: str) -> None:
+        self.path, self.table, self.where = path, table, where
+
+    def _fail(self, key: str, problem: str) -> ManifestError:
+        return ManifestError(f"{self.path}: key '{self.where}{key}' {problem}")
+
+    def str(self, key: str, default: str | None = None, allow_empty: bool = False) -> str:
+        value = self.table.get(key, default)
+        if value is None:
+            raise self._fail(key, "is missing; add it as a string")
+        if not isinstance(value, str) or not (value.strip() or allow_empty):
+            raise self._fail(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def strs(self, key: str, minimum: int = 0) -> tuple[str, ...]:
+        value = self.table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+            raise self._fail(key, f"must be a list of non-empty strings, got {value!r}")
+        if len(value) < minimum:
+            raise self._fail(key, f"needs at least {minimum} entries, has {len(value)}")
+        return tuple(value)
+
+    def bool(self, key: str) -> bool:
+        value = self.table.get(key, False)
+        if not isinstance(value, bool):
+            raise self._fail(key, f"must be true or false, got {value!r}")
+        return value
+
+    def tables(self, key: str) -> list[_Reader]:
+        value = self.table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+            raise self._fail(key, "must be an array of tables ([[...]])")
+        return [_Reader(self.path, item, f"{self.where}{key}[{i}].") for i, item in enumerate(value)]
+
+
+def _lab(reader: _Reader) -> Lab:
+    return Lab(
+        id=reader.str("id"),
+        marker=reader.str("marker"),
+        title=reader.str("title"),
+        implements=reader.strs("implements", minimum=1),
+        hints=reader.strs("hints", minimum=2),
+        optional=reader.bool("optional"),
+    )
+
+
+def _mutation(reader: _Reader) -> Mutation:
+    return Mutation(
+        name=reader.str("name"),
+        description=reader.str("description"),
+        file=reader.str("file"),
+        find=reader.str("find"),
+        replace=reader.str("replace", default="", allow_empty=True),
+        expect=reader.str("expect", default="", allow_empty=True),
+    )
+
+
+def _checkpoint(reader: _Reader) -> Checkpoint:
+    labs = tuple(_lab(r) for r in reader.tables("labs"))
+    if not labs:
+        raise reader._fail("labs", "is empty; every checkpoint needs at least one [[checkpoints.labs]]")
+    checkpoint = Checkpoint(
+        id=reader.str("id"),
+        slug=reader.str("slug"),
+        title=reader.str("title"),
+        starter=reader.str("starter"),
+        solution=reader.str("solution"),
+        teaching_files=reader.strs("teaching_files", minimum=1),
+        parent_files=reader.strs("parent_files"),
+        solution_only=reader.strs("solution_only"),
+        focused_tests=reader.strs("focused_tests", minimum=1),
+        test_support=reader.strs("test_support"),
+        notebook=reader.str("notebook"),
+        first_red=reader.str("first_red"),
+        labs=labs,
+        mutations=tuple(_mutation(r) for r in reader.tables("mutations")),
+    )
+    for kind, names in (("lab id", [lab.id for lab in labs]), ("marker", [lab.marker for lab in labs])):
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise reader._fail("labs", f"repeats the {kind} {', '.join(duplicates)}; each must be unique")
+    return checkpoint
+
+
+def load(path: Path | None = None) -> Course:
+    """Read and check the manifest (default: the kit's own `course.toml`)."""
+    path = Path(path) if path is not None else MANIFEST_PATH
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: manifest not found; run from a kit checkout") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ManifestError(f"{path}: not valid TOML ({error}); fix the syntax at that spot") from None
+    root = _Reader(path, data, "")
+    version = data.get("format_version")
+    if version != FORMAT_VERSION:
+        raise root._fail(
+            "format_version", f"is {version!r}; this kit reads format_version = {FORMAT_VERSION}"
+        )
+    course_table = data.get("course")
+    if not isinstance(course_table, dict):
+        raise root._fail("course", "is missing; add a [course] table with title and package")
+    info = _Reader(path, course_table, "course.")
+    checkpoints = tuple(_checkpoint(r) for r in root.tables("checkpoints"))
+    if not checkpoints:
+        raise root._fail("checkpoints", "is empty; add a [[checkpoints]] table")
+    return Course(
+        path=path,
+        format_version=version,
+        title=info.str("title"),
+        package=info.str("package"),
+        checkpoints=checkpoints,
+    )

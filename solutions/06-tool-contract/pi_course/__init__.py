@@ -1,0 +1,55 @@
+"""pi_course at checkpoint 06: an echo call crosses schema, registry and executor."""
+
+from .lab import LabNotImplemented
+from .messages import (
+    AbortController,
+    AbortSignal,
+    TextContent,
+    ToolCall,
+    ToolDefinition,
+    ToolResultMessage,
+    text,
+)
+from .tool import (
+    ObjectSchema,
+    Schema,
+    Tool,
+    ToolContext,
+    ToolOutput,
+    ToolRegistry,
+    ValidationError,
+    Validator,
+    execute_tool_call,
+    failed_result,
+    object_schema,
+    optional_positive_integer,
+    optional_string,
+    string_value,
+    validator,
+)
+
+__all__ = [
+    "AbortController",
+    "AbortSignal",
+    "LabNotImplemented",
+    "ObjectSchema",
+    "Schema",
+    "TextContent",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolOutput",
+    "ToolRegistry",
+    "ToolResultMessage",
+    "ValidationError",
+    "Validator",
+    "execute_tool_call",
+    "failed_result",
+    "object_schema",
+    "optional_positive_integer",
+    "optional_string",
+    "string_value",
+    "text",
+    "validator",
+]
