@@ -85,4 +85,3 @@ def write_atomically(dest: Path, fill: Callable[[Path], None]) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest
-

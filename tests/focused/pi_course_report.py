@@ -221,7 +221,9 @@ class ReportPlugin:
         real_exit = os._exit
 
         def refuse_exit(status: int) -> None:
-            raise RuntimeError(f"learner code called os._exit({status}); a tool must return, not end the process")
+            raise RuntimeError(
+                f"learner code called os._exit({status}); a tool must return, not end the process"
+            )
 
         os._exit = refuse_exit  # type: ignore[assignment]
         try:
@@ -245,11 +247,15 @@ class ReportPlugin:
                 error = call.excinfo.value
                 record.exc_type = type(error).__name__
                 lab = getattr(error, "lab", None)
-                if any(c.__name__ == "LabNotImplemented" for c in type(error).__mro__) and isinstance(lab, str):
+                if any(c.__name__ == "LabNotImplemented" for c in type(error).__mro__) and isinstance(
+                    lab, str
+                ):
                     record.exc_lab = lab
                 record.message = _first_line(str(error)) or record.exc_type
                 if record.exc_type == "Failed" and "Timeout" in record.message:
-                    record.message = f"{record.message}: stopped, probably an endless loop in Lab {record.lab}"
+                    record.message = (
+                        f"{record.message}: stopped, probably an endless loop in Lab {record.lab}"
+                    )
                 record.location = self._location(call.excinfo)
             self.records.append(record)
             self._emit({"event": "test", **asdict(record)})
@@ -270,7 +276,13 @@ class ReportPlugin:
             lab = lab_of_line(path if path.is_absolute() else self.root / path, line)
         error_lines = [line for line in text.splitlines() if re.match(r"^E\s+\w*(Error|Exception)", line)]
         message = error_lines[-1].lstrip("E").strip() if error_lines else _first_line(text)
-        entry = {"event": "collect_error", "nodeid": report.nodeid, "message": message, "location": location, "lab": lab}
+        entry = {
+            "event": "collect_error",
+            "nodeid": report.nodeid,
+            "message": message,
+            "location": location,
+            "lab": lab,
+        }
         self.collect_errors.append(entry)
         self._emit(entry)
 
@@ -286,7 +298,9 @@ class ReportPlugin:
             write(f"cannot import the tests: {where}{lab}: {error['message']}")
             write("  fix that line first; no lab can run until the package imports")
         if self.collect_errors and not self.records:
-            self._emit({"event": "summary", "labs": [], "next": None, "collect_errors": len(self.collect_errors)})
+            self._emit(
+                {"event": "summary", "labs": [], "next": None, "collect_errors": len(self.collect_errors)}
+            )
             return
         rows = [row for row in summarise(self.labs, self.records) if row.total]
         step = next_step(rows)
@@ -296,7 +310,11 @@ class ReportPlugin:
             {
                 "event": "summary",
                 "labs": [
-                    {key: value for key, value in asdict(row).items() if key not in ("records", "first_failure")}
+                    {
+                        key: value
+                        for key, value in asdict(row).items()
+                        if key not in ("records", "first_failure")
+                    }
                     for row in rows
                 ],
                 "next": step,

@@ -1,0 +1,82 @@
+"""`pi-course`: the learner's and the instructor's command line. Each command lives in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Protocol
+
+from . import __version__
+from .errors import KitError
+from .manifest import ManifestError
+
+# name -> (module under pi_course_kit.commands, one-line help). Modules are imported only when used,
+# so that `pi-course check` starts fast.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "practice": ("practice", "make an isolated practice folder from a checkpoint's starter"),
+    "checkpoint": ("checkpoint", "show a checkpoint's card and materialise parent/ and target/ copies"),
+    "check": ("check", "run the focused tests here and show per-lab progress (--watch to re-run on save)"),
+    "hint": ("hint", "show the next hint for a lab"),
+    "reset": ("reset", "restore a lab's stubs, keeping a backup of your version"),
+    "status": ("status", "show where you stand in this practice folder"),
+    "build-labs": ("build_labs", "regenerate every starter in labs/ from solutions/"),
+    "diff": ("diff", "diff the teaching files: starter or a practice folder against the solution"),
+    "diagnose": (
+        "diagnose",
+        "apply a named mutation to a copy of the solution and show which tests catch it",
+    ),
+    "verify": ("verify", "check that the whole course holds together (instructors)"),
+    "grade": ("grade", "grade practice folders in sandboxed copies (instructors)"),
+}
+
+
+class Command(Protocol):
+    """What a command module provides."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Declare the command's arguments."""
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Run the command; return the exit code."""
+
+
+def _load(name: str) -> Command:
+    module: Command = importlib.import_module(f"pi_course_kit.commands.{COMMANDS[name][0]}")  # type: ignore[assignment]
+    return module
+
+
+def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The top-level parser; only the chosen command's module is imported."""
+    parser = argparse.ArgumentParser(prog="pi-course", description="pi-course teaching kit")
+    parser.add_argument("--version", action="version", version=f"pi-course {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    for name, (_, summary) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=summary, description=summary)
+        if name == chosen:
+            _load(name).add_arguments(command_parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `pi-course` console command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return _load(args.command).run(args)
+    except (KitError, ManifestError) as error:
+        print(f"pi-course {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"pi-course {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
