@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from .manifest import Checkpoint, Course
@@ -79,9 +80,9 @@ def find_regions(source: str, filename: str = "<solution>") -> list[Region]:
     return regions
 
 
-def strip_solution(source: str, filename: str = "<solution>") -> str:
-    """Replace every marked lab body with `raise LabNotImplemented(lab, target)`."""
-    regions = find_regions(source, filename)
+def strip_solution(source: str, filename: str = "<solution>", labs: Collection[str] | None = None) -> str:
+    """Replace every marked lab body (or those of `labs` only) with `raise LabNotImplemented(lab, target)`."""
+    regions = [r for r in find_regions(source, filename) if labs is None or r.lab in labs]
     lines = source.splitlines(keepends=True)
     for region in reversed(regions):
         stub = f'{region.indent}raise LabNotImplemented("{region.lab}", "{region.target}")\n'

@@ -43,7 +43,7 @@ class Command(Protocol):
 
 
 def _load(name: str) -> Command:
-    module: Command = importlib.import_module(f"pi_course_kit.commands.{COMMANDS[name][0]}")  # type: ignore[assignment]
+    module: Command = importlib.import_module(f"pi_course_kit.commands.{COMMANDS[name][0]}")
     return module
 
 

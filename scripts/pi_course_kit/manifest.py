@@ -123,7 +123,7 @@ class _Reader:
     def _fail(self, key: str, problem: str) -> ManifestError:
         return ManifestError(f"{self.path}: key '{self.where}{key}' {problem}")
 
-    def str(self, key: str, default: str | None = None, allow_empty: bool = False) -> str:
+    def text(self, key: str, default: str | None = None, allow_empty: bool = False) -> str:
         value = self.table.get(key, default)
         if value is None:
             raise self._fail(key, "is missing; add it as a string")
@@ -131,7 +131,7 @@ class _Reader:
             raise self._fail(key, f"must be a non-empty string, got {value!r}")
         return value
 
-    def strs(self, key: str, minimum: int = 0) -> tuple[str, ...]:
+    def texts(self, key: str, minimum: int = 0) -> tuple[str, ...]:
         value = self.table.get(key, [])
         if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
             raise self._fail(key, f"must be a list of non-empty strings, got {value!r}")
@@ -139,7 +139,7 @@ class _Reader:
             raise self._fail(key, f"needs at least {minimum} entries, has {len(value)}")
         return tuple(value)
 
-    def bool(self, key: str) -> bool:
+    def flag(self, key: str) -> bool:
         value = self.table.get(key, False)
         if not isinstance(value, bool):
             raise self._fail(key, f"must be true or false, got {value!r}")
@@ -154,23 +154,23 @@ class _Reader:
 
 def _lab(reader: _Reader) -> Lab:
     return Lab(
-        id=reader.str("id"),
-        marker=reader.str("marker"),
-        title=reader.str("title"),
-        implements=reader.strs("implements", minimum=1),
-        hints=reader.strs("hints", minimum=2),
-        optional=reader.bool("optional"),
+        id=reader.text("id"),
+        marker=reader.text("marker"),
+        title=reader.text("title"),
+        implements=reader.texts("implements", minimum=1),
+        hints=reader.texts("hints", minimum=2),
+        optional=reader.flag("optional"),
     )
 
 
 def _mutation(reader: _Reader) -> Mutation:
     return Mutation(
-        name=reader.str("name"),
-        description=reader.str("description"),
-        file=reader.str("file"),
-        find=reader.str("find"),
-        replace=reader.str("replace", default="", allow_empty=True),
-        expect=reader.str("expect", default="", allow_empty=True),
+        name=reader.text("name"),
+        description=reader.text("description"),
+        file=reader.text("file"),
+        find=reader.text("find"),
+        replace=reader.text("replace", default="", allow_empty=True),
+        expect=reader.text("expect", default="", allow_empty=True),
     )
 
 
@@ -179,18 +179,18 @@ def _checkpoint(reader: _Reader) -> Checkpoint:
     if not labs:
         raise reader._fail("labs", "is empty; every checkpoint needs at least one [[checkpoints.labs]]")
     checkpoint = Checkpoint(
-        id=reader.str("id"),
-        slug=reader.str("slug"),
-        title=reader.str("title"),
-        starter=reader.str("starter"),
-        solution=reader.str("solution"),
-        teaching_files=reader.strs("teaching_files", minimum=1),
-        parent_files=reader.strs("parent_files"),
-        solution_only=reader.strs("solution_only"),
-        focused_tests=reader.strs("focused_tests", minimum=1),
-        test_support=reader.strs("test_support"),
-        notebook=reader.str("notebook"),
-        first_red=reader.str("first_red"),
+        id=reader.text("id"),
+        slug=reader.text("slug"),
+        title=reader.text("title"),
+        starter=reader.text("starter"),
+        solution=reader.text("solution"),
+        teaching_files=reader.texts("teaching_files", minimum=1),
+        parent_files=reader.texts("parent_files"),
+        solution_only=reader.texts("solution_only"),
+        focused_tests=reader.texts("focused_tests", minimum=1),
+        test_support=reader.texts("test_support"),
+        notebook=reader.text("notebook"),
+        first_red=reader.text("first_red"),
         labs=labs,
         mutations=tuple(_mutation(r) for r in reader.tables("mutations")),
     )
@@ -227,7 +227,7 @@ def load(path: Path | None = None) -> Course:
     return Course(
         path=path,
         format_version=version,
-        title=info.str("title"),
-        package=info.str("package"),
+        title=info.text("title"),
+        package=info.text("package"),
         checkpoints=checkpoints,
     )
