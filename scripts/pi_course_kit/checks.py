@@ -27,16 +27,22 @@ def solution_problems(course: Course, checkpoint: Checkpoint, result: RunResult 
     result = result or run_tree(course, checkpoint, checkpoint.solution)
     where = f"{checkpoint.solution}"
     if result.collect_errors:
-        return [f"{where}: the focused tests cannot be collected: {e['message']}" for e in result.collect_errors]
+        return [
+            f"{where}: the focused tests cannot be collected: {e['message']}" for e in result.collect_errors
+        ]
     if not result.tests:
-        return [f"{where}: no focused test ran (exit {result.returncode}); check {', '.join(checkpoint.focused_tests)}"]
+        return [
+            f"{where}: no focused test ran (exit {result.returncode}); check {', '.join(checkpoint.focused_tests)}"
+        ]
     problems = [
         f"{where}: {t['nodeid']} {t['outcome']}: {t['message'] or t['skip_reason']}; fix the solution or the test"
         for t in result.tests
         if t["outcome"] != "passed"
     ]
     if result.returncode != 0 and not problems:
-        problems.append(f"{where}: pytest exited {result.returncode}: {result.output.strip().splitlines()[-1:]}")
+        problems.append(
+            f"{where}: pytest exited {result.returncode}: {result.output.strip().splitlines()[-1:]}"
+        )
     return problems
 
 
@@ -45,7 +51,9 @@ def starter_problems(course: Course, checkpoint: Checkpoint, result: RunResult |
     result = result or run_tree(course, checkpoint, checkpoint.starter)
     where = checkpoint.starter
     if result.collect_errors:
-        return [f"{where}: the starter does not import cleanly: {e['message']}" for e in result.collect_errors]
+        return [
+            f"{where}: the starter does not import cleanly: {e['message']}" for e in result.collect_errors
+        ]
     if not result.tests:
         return [f"{where}: no focused test ran (exit {result.returncode})"]
     problems = []
@@ -53,11 +61,15 @@ def starter_problems(course: Course, checkpoint: Checkpoint, result: RunResult |
     for test in result.tests:
         allowed = _earlier_or_same(checkpoint, test["lab"])
         if test["lab"] is None:
-            problems.append(f"{where}: {test['nodeid']} carries no lab marker; tag it with one of the lab markers")
+            problems.append(
+                f"{where}: {test['nodeid']} carries no lab marker; tag it with one of the lab markers"
+            )
         elif test["outcome"] == "skipped" and test["lab"] in optional:
             continue
         elif test["outcome"] == "passed":
-            problems.append(f"{where}: {test['nodeid']} passes on the starter; it must need Lab {test['lab']}")
+            problems.append(
+                f"{where}: {test['nodeid']} passes on the starter; it must need Lab {test['lab']}"
+            )
         elif test["exc_lab"] not in allowed:
             got = f"Lab {test['exc_lab']}'s LabNotImplemented" if test["exc_lab"] else test["exc_type"]
             problems.append(
@@ -86,10 +98,15 @@ def parent_file_problems(course: Course, checkpoint: Checkpoint) -> list[str]:
     """The parent files are byte-identical in starter and solution."""
     problems = []
     for relative in checkpoint.parent_files:
-        starter, solution = course.root / checkpoint.starter / relative, course.root / checkpoint.solution / relative
+        starter, solution = (
+            course.root / checkpoint.starter / relative,
+            course.root / checkpoint.solution / relative,
+        )
         if not starter.is_file() or not solution.is_file():
             missing = starter if not starter.is_file() else solution
-            problems.append(f"{missing.relative_to(course.root)}: parent file missing; run `pi-course build-labs`")
+            problems.append(
+                f"{missing.relative_to(course.root)}: parent file missing; run `pi-course build-labs`"
+            )
         elif starter.read_bytes() != solution.read_bytes():
             problems.append(
                 f"{checkpoint.starter}/{relative} differs from {checkpoint.solution}/{relative}; "

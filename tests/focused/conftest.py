@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from pi_course_report import ReportPlugin
 
@@ -9,3 +12,8 @@ from pi_course_report import ReportPlugin
 def pytest_configure(config: pytest.Config) -> None:
     """Register the per-lab report for this run."""
     config.pluginmanager.register(ReportPlugin(config), "pi-course-report")
+    if (Path(str(config.rootpath)) / ".pi-course" / "meta.json").is_file():
+        # A practice folder is re-run after every save: keep pytest's rewritten test modules cached
+        # in tests/__pycache__ even when the caller asked for no bytecode (the kit's runner does),
+        # which saves re-parsing the focused tests on each run.
+        sys.dont_write_bytecode = False

@@ -9,9 +9,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -19,7 +24,12 @@ JSON_ENV = "PI_COURSE_REPORT_JSON"
 LAB_SECTION = re.compile(r"^# ## Lab (?P<lab>\S+)")
 LAB_MARKER = re.compile(r"^lab(?P<major>\d+)_(?P<minor>\d+)$")
 
+REPEAT_TIMEOUT = 0.5
 DONE, FAILING, NOT_STARTED, BLOCKED = "done", "failing", "not started", "blocked"
+
+
+class LearnerTimeout(BaseException):
+    """A test ran past its time limit. A BaseException, so hypothesis does not catch it and replay the loop."""
 
 
 @dataclass
@@ -167,6 +177,21 @@ def render(rows: list[LabSummary], step: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+@contextmanager
+def _refusing_os_exit() -> Iterator[None]:
+    """Make os._exit raise instead of killing pytest before the report is written."""
+    real_exit = os._exit
+
+    def refuse_exit(status: int) -> NoReturn:
+        raise RuntimeError(f"learner code called os._exit({status}); a tool must return, not end the process")
+
+    os._exit = refuse_exit
+    try:
+        yield
+    finally:
+        os._exit = real_exit
+
+
 def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
@@ -182,6 +207,7 @@ class ReportPlugin:
             _MARKERS[lab.id] = lab.marker
         self.records: list[TestRecord] = []
         self.collect_errors: list[dict[str, Any]] = []
+        self.looped_labs: set[str | None] = set()
         self.json_path = os.environ.get(JSON_ENV)
         if self.json_path:
             Path(self.json_path).write_text("", encoding="utf-8")
@@ -215,21 +241,60 @@ class ReportPlugin:
                 return f"{shown}:{entry.lineno + 1}"
         return None
 
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
+        """Arm pytest-timeout's signal timer with a handler that ends the test, naming its lab."""
+        usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+        if getattr(settings, "method", None) != "signal" or not usable:
+            return None  # pytest-timeout's own timer (thread method) takes over
+        lab = self._lab_of(item)
+        limit = float(settings.timeout)
+        if lab in self.looped_labs:
+            # One endless loop in a lab usually stalls all its tests: do not make the learner wait for each.
+            limit = min(limit, REPEAT_TIMEOUT)
+
+        def stop(signum: int, frame: object) -> None:
+            raise LearnerTimeout(f"Timeout (>{limit:g}s): stopped, probably an endless loop in Lab {lab}")
+
+        def cancel() -> None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+        item.cancel_timeout = cancel  # type: ignore[attr-defined]
+        signal.signal(signal.SIGALRM, stop)
+        signal.setitimer(signal.ITIMER_REAL, limit)
+        return True
+
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> Any:
-        """Turn os._exit() in learner code into an ordinary failure so the report still prints."""
-        real_exit = os._exit
-
-        def refuse_exit(status: int) -> None:
-            raise RuntimeError(
-                f"learner code called os._exit({status}); a tool must return, not end the process"
-            )
-
-        os._exit = refuse_exit  # type: ignore[assignment]
-        try:
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        """Turn os._exit() in learner code (setup, call or teardown) into a failure so the report prints."""
+        with _refusing_os_exit():
             return (yield)
-        finally:
-            os._exit = real_exit
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
+        """While importing the tests (and so pi_course), refuse os._exit and shorten import errors."""
+        with _refusing_os_exit():
+            try:
+                report: pytest.CollectReport = yield
+            except SystemExit as exit_:
+                # pytest lets SystemExit out of collection and dies with INTERNALERROR; make it a failure.
+                frames = [
+                    f'File "{frame.f_code.co_filename}", line {line}'
+                    for frame, line in traceback.walk_tb(exit_.__traceback__)
+                ]
+                text = "\n".join(
+                    [*frames, f"E   SystemExit: learner code called sys.exit({exit_.code!r}) while importing"]
+                )
+                report = pytest.CollectReport(collector.nodeid, "failed", text, [])
+        if report.failed:
+            entry = self._describe_collect_error(report)
+            report._pi_entry = entry  # type: ignore[attr-defined]
+            if entry["location"]:
+                # pytest would show importlib's frames; the learner needs the line and the lab only.
+                lab = f" (Lab {entry['lab']})" if entry["lab"] else ""
+                report.longrepr = f"{entry['location']}{lab}: {entry['message']}\n{entry['excerpt']}".rstrip()
+        return report
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -246,12 +311,19 @@ class ReportPlugin:
             elif call.excinfo is not None:
                 error = call.excinfo.value
                 record.exc_type = type(error).__name__
+                if isinstance(error, LearnerTimeout):
+                    self.looped_labs.add(record.lab)
                 lab = getattr(error, "lab", None)
                 if any(c.__name__ == "LabNotImplemented" for c in type(error).__mro__) and isinstance(
                     lab, str
                 ):
                     record.exc_lab = lab
                 record.message = _first_line(str(error)) or record.exc_type
+                if isinstance(error, SystemExit):
+                    record.message = (
+                        f"learner code called sys.exit({error.code!r}); a tool must return or raise, "
+                        "not end the process"
+                    )
                 if record.exc_type == "Failed" and "Timeout" in record.message:
                     record.message = (
                         f"{record.message}: stopped, probably an endless loop in Lab {record.lab}"
@@ -261,35 +333,60 @@ class ReportPlugin:
             self._emit({"event": "test", **asdict(record)})
         return report
 
-    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        """Report a test module that cannot even be imported (a syntax error, say) in one line."""
-        if not report.failed:
-            return
+    def _describe_collect_error(self, report: pytest.CollectReport) -> dict[str, Any]:
+        """Where an import of the tests failed: pi_course file:line, its lab, the error in one line."""
         text = str(report.longrepr)
-        location, lab = None, None
-        match = re.search(r'File "([^"]*pi_course[^"]*)", line (\d+)', text) or re.search(
-            r"(\S*pi_course\S*\.py):(\d+)", text
+        location, lab, excerpt = None, None, ""
+        matches = re.findall(r'File "([^"]*\bpi_course[/\\][^"]*)", line (\d+)', text) or re.findall(
+            r"(\S*\bpi_course[/\\]\S*\.py):(\d+)", text
         )
-        if match:
-            path, line = Path(match[1]), int(match[2])
-            location = f"{path}:{line}"
-            lab = lab_of_line(path if path.is_absolute() else self.root / path, line)
-        error_lines = [line for line in text.splitlines() if re.match(r"^E\s+\w*(Error|Exception)", line)]
+        if matches:
+            raw, number = matches[-1]  # the innermost frame: where the learner's code broke
+            path, line = Path(raw), int(number)
+            full = path if path.is_absolute() else self.root / path
+            try:
+                shown = full.resolve().relative_to(self.root.resolve())
+            except ValueError:
+                shown = full
+            location = f"{shown.as_posix()}:{line}"
+            lab = lab_of_line(full, line)
+            try:
+                excerpt = "    " + full.read_text(encoding="utf-8").splitlines()[line - 1].strip()
+            except (OSError, UnicodeDecodeError, IndexError):
+                excerpt = ""
+        error_lines = [
+            line for line in text.splitlines() if re.match(r"^E\s+\w*(Error|Exception|Exit)", line)
+        ]
         message = error_lines[-1].lstrip("E").strip() if error_lines else _first_line(text)
-        entry = {
+        return {
             "event": "collect_error",
             "nodeid": report.nodeid,
             "message": message,
             "location": location,
             "lab": lab,
+            "excerpt": excerpt,
         }
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Report a test module that cannot even be imported (a syntax error, say) in one line."""
+        if not report.failed:
+            return
+        entry = getattr(report, "_pi_entry", None) or self._describe_collect_error(report)
+        entry = {key: value for key, value in entry.items() if key != "excerpt"}
         self.collect_errors.append(entry)
         self._emit(entry)
 
     # -- reporting -------------------------------------------------------------
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Any:
         """Print the per-lab table and the next step after pytest's own summary."""
+        # Outermost wrapper: the table comes after pytest's list of failed tests, where the learner looks.
+        result = yield
+        self._summary(terminalreporter)
+        return result
+
+    def _summary(self, terminalreporter: Any) -> None:
         write = terminalreporter.write_line
         terminalreporter.section("pi-course labs")
         for error in self.collect_errors:

@@ -1,14 +1,68 @@
-"""Hypothesis strategies shared by the focused tests."""
+"""Hypothesis strategies shared by the focused tests, and the quiet profile they run under."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+from hypothesis import configuration, settings
 from hypothesis import strategies as st
 
-json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8)
-json_values = st.recursive(
+PROFILE = "pi-course"
+
+# Hypothesis keeps caches (unicode tables, constants) in ./.hypothesis. A folder under this very
+# file can never be created, so every cache write fails quietly and the run leaves nothing behind.
+configuration.set_hypothesis_home_dir(Path(__file__) / "no-hypothesis-storage")
+
+# No example database (a run writes nothing into the learner's folder), no deadline (a slow
+# machine is not a failure), a fixed seed (every learner sees the same counterexample).
+settings.register_profile(
+    PROFILE,
+    database=None,
+    deadline=None,
+    max_examples=60,
+    derandomize=True,
+    print_blob=False,
+)
+settings.load_profile(PROFILE)
+
+#: Field names of the chapter's request schema, plus one it does not declare.
+FIELD_NAMES = ("value", "label", "limit", "ignored")
+
+#: A fixed alphabet (ASCII, CJK, an emoji, a NUL) keeps Hypothesis away from its unicode tables.
+ALPHABET = "Pi value:_ 0\x00值必须是π🙂"
+short_text = st.text(alphabet=ALPHABET, max_size=8)
+
+json_scalars: st.SearchStrategy[Any] = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | short_text
+)
+
+#: Anything `json.loads` could hand over (NaN and infinities included, as Python's json allows them).
+json_values: st.SearchStrategy[Any] = st.recursive(
     json_scalars,
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
-    ),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(short_text, children, max_size=3),
     max_leaves=8,
+)
+
+#: JSON objects whose keys are often the declared fields, with any values at all.
+json_objects: st.SearchStrategy[dict[str, Any]] = st.dictionaries(
+    st.sampled_from(FIELD_NAMES) | short_text, json_values, max_size=5
+)
+
+#: Values that are not JSON objects: what a confused model might send instead of `{...}`.
+not_objects: st.SearchStrategy[Any] = (
+    json_scalars | st.lists(json_values, max_size=3) | st.tuples(json_scalars)
+)
+
+#: Floats that JSON would write as a whole number (`2.0`), positive and at most 2**53.
+integral_floats: st.SearchStrategy[float] = st.integers(min_value=1, max_value=2**53).map(float)
+
+#: Arguments the chapter's request schema accepts, sometimes with an undeclared extra key.
+request_arguments: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries(
+    {"value": short_text},
+    optional={
+        "label": st.none() | short_text,
+        "limit": st.none() | st.integers(min_value=1) | integral_floats,
+        "ignored": json_values,
+    },
 )

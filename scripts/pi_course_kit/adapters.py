@@ -1,0 +1,155 @@
+"""What a provider receives: a `ToolDefinition` in the OpenAI and Anthropic tool formats, schema-checked.
+
+Definitions are taken by duck typing (`name`, `description`, `parameters` attributes, or a dict with
+those keys), so the kit never imports `pi_course`.
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+# rfc3987_syntax compiles a grammar when imported (about 2.5 s here), and jsonschema imports it only to
+# check the "iri" formats, which the Draft 2020-12 meta-schema never uses. Blocking it while jsonschema
+# loads keeps a notebook run short without changing what check_schema reports.
+_SLOW_OPTIONAL = "rfc3987_syntax"
+
+
+@cache
+def _draft_2020_12() -> tuple[Any, type[Exception]]:
+    blocked = _SLOW_OPTIONAL not in sys.modules and "jsonschema" not in sys.modules
+    if blocked:
+        sys.modules[_SLOW_OPTIONAL] = None  # type: ignore[assignment]
+    try:
+        # No type stubs ship with jsonschema; the two names used here are covered by the kit's tests.
+        from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+        from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
+    finally:
+        if blocked:
+            del sys.modules[_SLOW_OPTIONAL]
+    return Draft202012Validator, SchemaError
+
+
+def _fields(definition: object) -> tuple[str, str, dict[str, Any]]:
+    if isinstance(definition, Mapping):
+        name, description, parameters = (
+            definition.get("name"),
+            definition.get("description"),
+            definition.get("parameters"),
+        )
+    else:
+        name = getattr(definition, "name", None)
+        description = getattr(definition, "description", None)
+        parameters = getattr(definition, "parameters", None)
+    if not isinstance(name, str) or not isinstance(description, str) or not isinstance(parameters, dict):
+        raise TypeError(
+            f"not a tool definition: need str name, str description and dict parameters, got {type(definition).__name__}"
+        )
+    # A copy: a provider request must never share a dict with the tool's own schema.
+    return name, description, copy.deepcopy(parameters)
+
+
+def to_openai(definition: object) -> dict[str, Any]:
+    """OpenAI Chat Completions `tools[]` entry: a function with JSON Schema `parameters`."""
+    name, description, parameters = _fields(definition)
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+def to_anthropic(definition: object) -> dict[str, Any]:
+    """Anthropic Messages `tools[]` entry: the same schema under `input_schema`."""
+    name, description, parameters = _fields(definition)
+    return {"name": name, "description": description, "input_schema": parameters}
+
+
+def schema_problems(schema: object) -> list[str]:
+    """Problems of one tool parameter schema: Draft 2020-12 meta-schema errors, and a non-object top level."""
+    if not isinstance(schema, dict):
+        return [f"the schema must be a JSON object, got {type(schema).__name__}"]
+    validator, schema_error = _draft_2020_12()
+    problems = []
+    try:
+        validator.check_schema(schema)
+    except schema_error as error:
+        found: Any = error  # a jsonschema SchemaError: absolute_path and message
+        where = "/".join(str(part) for part in found.absolute_path) or "(top level)"
+        problems.append(f"not valid JSON Schema 2020-12 at {where}: {found.message}")
+    # Both providers describe tool input as one JSON object.
+    if schema.get("type") != "object":
+        problems.append(f'tool parameters must have "type": "object", got {schema.get("type")!r}')
+    return problems
+
+
+@dataclass
+class ProviderTools:
+    """The definitions as each provider receives them, with the meta-schema verdict per tool."""
+
+    openai: list[dict[str, Any]]
+    anthropic: list[dict[str, Any]]
+    problems: dict[str, list[str]]
+
+    @property
+    def valid(self) -> bool:
+        """True when every schema passed the checks."""
+        return not any(self.problems.values())
+
+    def verdicts(self) -> list[str]:
+        """One line per tool: `✓ echo` or `✗ echo: problem; problem`."""
+        return [
+            f"✓ {name}: JSON Schema 2020-12 ok" if not found else f"✗ {name}: " + "; ".join(found)
+            for name, found in self.problems.items()
+        ]
+
+    def __str__(self) -> str:
+        dump = json.dumps
+        return "\n".join(
+            [
+                "OpenAI (chat.completions tools):",
+                dump(self.openai, ensure_ascii=False, indent=2),
+                "Anthropic (messages tools):",
+                dump(self.anthropic, ensure_ascii=False, indent=2),
+                *self.verdicts(),
+            ]
+        )
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        def column(title: str, value: object) -> str:
+            body = html.escape(json.dumps(value, ensure_ascii=False, indent=2))
+            return (
+                f"<div style='flex:1;min-width:260px'><b>{title}</b><pre style='margin:0'>{body}</pre></div>"
+            )
+
+        lines = "".join(
+            f"<div style='color:{'#1a7f37' if line.startswith('✓') else '#cf222e'}'>{html.escape(line)}</div>"
+            for line in self.verdicts()
+        )
+        return (
+            "<div style='font-size:12px'><div style='display:flex;gap:12px;flex-wrap:wrap'>"
+            f"{column('OpenAI · tools[]', self.openai)}{column('Anthropic · tools[]', self.anthropic)}"
+            f"</div>{lines}</div>"
+        )
+
+
+def provider_tools(definitions: Iterable[object]) -> ProviderTools:
+    """Translate every definition for both providers and check each parameter schema."""
+    items = list(definitions)
+    problems: dict[str, list[str]] = {}
+    for item in items:
+        name, _, parameters = _fields(item)
+        problems[name] = schema_problems(parameters)
+    return ProviderTools(
+        openai=[to_openai(item) for item in items],
+        anthropic=[to_anthropic(item) for item in items],
+        problems=problems,
+    )

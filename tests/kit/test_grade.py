@@ -1,0 +1,207 @@
+"""`pi-course grade`: per learner and lab, passed/total with the kit's pristine tests; folders untouched."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pi_course_kit import cli, practice
+from pi_course_kit.manifest import Checkpoint, Course
+
+GRADE_OPTIONS = ["--jobs", "2", "--timeout", "60"]
+
+
+def tree_digest(folder: Path) -> dict[str, tuple[str, int]]:
+    """Every entry under a folder: content hash (or link target) and mode bits."""
+    digest = {}
+    for path in sorted(folder.rglob("*")):
+        info = path.lstat()
+        if path.is_symlink():
+            content = "link:" + os.readlink(path)
+        elif path.is_file():
+            content = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            content = "dir"
+        digest[path.relative_to(folder).as_posix()] = (content, info.st_mode)
+    return digest
+
+
+def make_learner(
+    course: Course, checkpoint: Checkpoint, dest: Path, labs_from_solution: bool = False
+) -> Path:
+    """A practice folder, optionally with the solution's tool.py (a learner who finished)."""
+    practice.create(course, checkpoint, dest)
+    if labs_from_solution:
+        shutil.copyfile(course.root / checkpoint.solution / "pi_course/tool.py", dest / "pi_course/tool.py")
+    return dest
+
+
+def partial_tool(course: Course, checkpoint: Checkpoint) -> str:
+    """The solution's tool.py with Lab 6.3's executor left unimplemented."""
+    source = (course.root / checkpoint.solution / "pi_course/tool.py").read_text(encoding="utf-8")
+    start = source.index("    # BEGIN LAB 6.3\n    tool = registry.get")
+    end = source.index("    # END LAB 6.3\n", start) + len("    # END LAB 6.3\n")
+    stub = (
+        '    from .lab import LabNotImplemented\n\n    raise LabNotImplemented("6.3", "execute_tool_call")\n'
+    )
+    return source[:start] + stub + source[end:]
+
+
+@pytest.fixture(scope="module")
+def graded(
+    course: Course, checkpoint: Checkpoint, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """Grade a small class once: complete, partial, untouched, test-editor, skipper, and two non-folders."""
+    root = tmp_path_factory.mktemp("class")
+    folders = {
+        "complete": make_learner(course, checkpoint, root / "complete", labs_from_solution=True),
+        "partial": make_learner(course, checkpoint, root / "partial"),
+        "untouched": make_learner(course, checkpoint, root / "untouched"),
+        "editor": make_learner(course, checkpoint, root / "editor"),
+        "skipper": make_learner(course, checkpoint, root / "skipper", labs_from_solution=True),
+    }
+    (folders["partial"] / "pi_course/tool.py").write_text(partial_tool(course, checkpoint), encoding="utf-8")
+    # The test editor replaces the focused tests with one that always passes; grading must ignore that.
+    (folders["editor"] / "tests/test_06_tool_contract.py").write_text(
+        "import pytest\n\n\n@pytest.mark.lab6_1\ndef test_nothing():\n    assert True\n", encoding="utf-8"
+    )
+    # The skipper's code skips the tests of Lab 6.2 instead of passing them.
+    tool = folders["skipper"] / "pi_course/tool.py"
+    source = tool.read_text(encoding="utf-8")
+    tool.write_text(
+        source.replace(
+            "        return self._tools.get(name)\n",
+            '        import pytest\n\n        pytest.skip("not today")\n        return self._tools.get(name)\n',
+        ),
+        encoding="utf-8",
+    )
+    plain = root / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("no practice here", encoding="utf-8")
+    no_package = make_learner(course, checkpoint, root / "no-package")
+    shutil.rmtree(no_package / "pi_course")
+    order = [*folders.values(), plain, no_package, root / "missing"]
+    before = {folder.name: tree_digest(folder) for folder in order if folder.exists()}
+    json_path, csv_path = root / "grades.jsonl", root / "grades.csv"
+    code = cli.main(
+        ["grade", *map(str, order), "--json", str(json_path), "--csv", str(csv_path), *GRADE_OPTIONS]
+    )
+    records = [json.loads(line) for line in json_path.read_text(encoding="utf-8").splitlines()]
+    after = {folder.name: tree_digest(folder) for folder in order if folder.exists()}
+    return {
+        "code": code,
+        "records": {r["learner"]: r for r in records},
+        "order": [r["learner"] for r in records],
+        "csv": list(csv.DictReader(csv_path.open(encoding="utf-8"))),
+        "before": before,
+        "after": after,
+    }
+
+
+def lab(record: dict[str, Any], lab_id: str) -> dict[str, Any]:
+    """One lab row of a learner record."""
+    labs = record["labs"]
+    assert isinstance(labs, list)
+    return next(row for row in labs if row["id"] == lab_id)
+
+
+def records(graded: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The learner records by name."""
+    value = graded["records"]
+    assert isinstance(value, dict)
+    return value
+
+
+def test_grading_runs_and_writes_one_json_record_per_learner(graded: dict[str, Any]) -> None:
+    """Does grading exit 0 and write one JSON object per folder, in the order given?"""
+    assert graded["code"] == 0
+    assert graded["order"] == [
+        "complete",
+        "partial",
+        "untouched",
+        "editor",
+        "skipper",
+        "plain",
+        "no-package",
+        "missing",
+    ]
+
+
+def test_a_finished_learner_is_complete(graded: dict[str, Any], checkpoint: Checkpoint) -> None:
+    """Is the learner with the solution's code complete, every required lab at total/total?"""
+    record = records(graded)["complete"]
+    assert record["status"] == "complete" and record["passed"] == record["total"] and record["total"] > 25
+    for required in checkpoint.required_labs:
+        row = lab(record, required.id)
+        assert row["status"] == "done" and row["passed"] == row["total"] > 0
+    assert lab(record, "transfer6")["passed"] == 0  # uppercase.py is not in the practice folder
+    assert record["tests_edited"] == [] and record["sandbox"]
+
+
+def test_a_partial_learner_gets_per_lab_counts(graded: dict[str, Any]) -> None:
+    """Does the learner without Lab 6.3 get 6.1 and 6.2 done and 6.3 not started?"""
+    record = records(graded)["partial"]
+    assert record["status"] == "partial"
+    assert lab(record, "6.1")["status"] == "done" and lab(record, "6.2")["status"] == "done"
+    row = lab(record, "6.3")
+    assert row["passed"] == 0 and row["status"] == "not started"
+    assert row["first_failure"] == "Lab 6.3 not implemented: execute_tool_call"
+
+
+def test_an_untouched_starter_passes_nothing(graded: dict[str, Any]) -> None:
+    """Does a fresh practice folder score 0 on every required lab?"""
+    record = records(graded)["untouched"]
+    assert record["status"] == "not started" and record["passed"] == 0 and record["total"] > 0
+
+
+def test_edited_tests_are_flagged_and_have_no_effect(graded: dict[str, Any]) -> None:
+    """Is the learner who emptied the tests flagged, yet graded with the pristine tests (nothing passed)?"""
+    record = records(graded)["editor"]
+    assert record["tests_edited"] == ["tests/test_06_tool_contract.py (changed)"]
+    assert any("tests edited" in flag for flag in record["flags"])
+    assert record["status"] == "not started"
+    assert record["total"] == records(graded)["complete"]["total"]
+
+
+def test_skipped_tests_never_count_as_passed(graded: dict[str, Any]) -> None:
+    """Does code that skips Lab 6.2's tests lose them instead of passing them?"""
+    record = records(graded)["skipper"]
+    row = lab(record, "6.2")
+    assert row["passed"] < row["total"] and row["status"] != "done"
+    assert record["status"] == "partial"
+
+
+def test_folders_that_are_not_practice_folders_are_skipped(graded: dict[str, Any]) -> None:
+    """Are a plain folder, one without pi_course/ and a missing path each reported as skipped, with a reason?"""
+    by_name = records(graded)
+    assert by_name["plain"]["status"] == "skipped" and ".pi-course/meta.json" in by_name["plain"]["message"]
+    assert by_name["no-package"]["status"] == "skipped" and "pi_course/" in by_name["no-package"]["message"]
+    assert by_name["missing"]["status"] == "skipped"
+
+
+def test_learner_folders_are_byte_identical_after_grading(graded: dict[str, Any]) -> None:
+    """Is every learner folder exactly as it was before grading (contents, links and modes)?"""
+    assert graded["after"] == graded["before"]
+
+
+def test_csv_has_one_row_per_learner_with_lab_counts(graded: dict[str, Any]) -> None:
+    """Does the CSV carry status and per-lab passed/total for every learner?"""
+    rows = graded["csv"]
+    assert isinstance(rows, list) and len(rows) == 8
+    complete = next(row for row in rows if row["learner"] == "complete")
+    assert complete["status"] == "complete" and complete["6.1 passed"] == complete["6.1 total"]
+
+
+def test_bad_output_path_is_refused_before_grading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Is a --json file in a folder that does not exist refused with exit 2 and nothing written?"""
+    assert cli.main(["grade", str(tmp_path), "--json", str(tmp_path / "no" / "out.jsonl")]) == 2
+    assert "--json" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()

@@ -1,0 +1,247 @@
+"""Grading contains hostile or broken learner code: secrets, escapes, loops, memory, processes, os._exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pi_course_kit import cli
+from pi_course_kit.grade import FIRST_UID
+from pi_course_kit.manifest import Checkpoint, Course
+from test_grade import make_learner, tree_digest
+
+WALL_SECONDS = 20
+JOBS = 2
+ROOT = os.geteuid() == 0
+SECRET_NAME = "PI_COURSE_GRADE_TEST_SECRET"
+
+SNOOP = """
+import glob as _glob
+import os as _os
+
+_HITS = [f"{k}={v}" for k, v in _os.environ.items() if "SECRET" in k or "TOKEN" in k or "KEY" in k]
+for _path in _glob.glob("/proc/*/environ"):
+    try:
+        with open(_path, "rb") as _handle:
+            _data = _handle.read()
+    except OSError:
+        continue
+    if b"SECRET" in _data:
+        _HITS.append(_path + ":" + _data.decode("utf-8", "replace"))
+
+
+def _leak(value):
+    raise ValidationError("leak:" + (";".join(_HITS) or "nothing"))
+
+
+string_value._check = _leak
+"""
+
+ESCAPE = """
+for _target in {targets!r}:
+    try:
+        with open(_target, "w") as _handle:
+            _handle.write("escaped")
+    except OSError:
+        pass
+"""
+
+LOOP = "\nwhile True:\n    pass\n"
+MEMORY = "\n_blob = bytearray(8 * 1024 ** 3)\n"
+SPAWN = """
+import os as _os
+import time as _time
+
+_children = 0
+for _ in range(400):
+    try:
+        _pid = _os.fork()
+    except OSError:
+        break
+    if _pid == 0:
+        _time.sleep(120)
+        _os._exit(0)
+    _children += 1
+raise RuntimeError(f"forked {_children} of 400")
+"""
+EXIT = "\nimport os as _os\n\n_os._exit(3)\n"
+# posix._exit is os._exit under another name: it slips past the report plugin's guard and ends the run.
+HARD_EXIT = "\nimport posix as _posix\n\n_posix._exit(3)\n"
+
+
+def sandbox_processes(patience: float = 10.0) -> list[str]:
+    """Processes still running under one of the grader's sandbox uids, after the kernel's clean-up."""
+    deadline = time.monotonic() + patience
+    while (left := _sandbox_processes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def _sandbox_processes() -> list[str]:
+    left = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            uid_line = next(line for line in status.read_text().splitlines() if line.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if int(uid_line.split()[1]) in range(FIRST_UID, FIRST_UID + JOBS):
+            left.append(status.parent.name)
+    return left
+
+
+@pytest.fixture(scope="module")
+def hostile(
+    course: Course, checkpoint: Checkpoint, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """Grade one good and six hostile learners together, with a secret in the grader's environment."""
+    root = tmp_path_factory.mktemp("hostile")
+    token = secrets.token_hex(8)
+    secret_value = f"s3cret-{token}"
+    escape_dir = root / "escape"
+    escape_dir.mkdir()
+    targets = [
+        f"/tmp/pi-course-escape-{token}",
+        str(course.root / f"pi-course-escape-{token}"),
+        str(root / "good" / f"escape-{token}"),
+        str(escape_dir / f"escape-{token}"),
+        f"/root/pi-course-escape-{token}",
+    ]
+    payloads = {
+        "good": "",
+        "secret": SNOOP,
+        "escape": ESCAPE.format(targets=targets),
+        "loop": LOOP,
+        "memory": MEMORY,
+        "spawn": SPAWN,
+        "exit": EXIT,
+        "hard-exit": HARD_EXIT,
+    }
+    folders = []
+    for name, payload in payloads.items():
+        folder = make_learner(course, checkpoint, root / name, labs_from_solution=True)
+        tool = folder / "pi_course/tool.py"
+        tool.write_text(tool.read_text(encoding="utf-8") + payload, encoding="utf-8")
+        folders.append(folder)
+    before = {folder.name: tree_digest(folder) for folder in folders}
+    json_path = root / "grades.jsonl"
+    scratch_before = set(Path(tempfile.gettempdir()).glob("pi-course-grade-*"))
+    os.environ[SECRET_NAME] = secret_value
+    try:
+        code = cli.main(
+            [
+                "grade",
+                *map(str, folders),
+                "--json",
+                str(json_path),
+                "--jobs",
+                str(JOBS),
+                "--timeout",
+                str(WALL_SECONDS),
+                "--memory",
+                "512",
+            ]
+        )
+    finally:
+        del os.environ[SECRET_NAME]
+        escaped = [target for target in targets if os.path.lexists(target)]
+        for target in escaped:
+            Path(target).unlink()
+    text = json_path.read_text(encoding="utf-8")
+    return {
+        "code": code,
+        "text": text,
+        "records": {r["learner"]: r for r in map(json.loads, text.splitlines())},
+        "secret": secret_value,
+        "escaped": escaped,
+        "before": before,
+        "after": {folder.name: tree_digest(folder) for folder in folders},
+        "left": sandbox_processes() if ROOT else [],
+        "scratch_left": sorted(set(Path(tempfile.gettempdir()).glob("pi-course-grade-*")) - scratch_before),
+    }
+
+
+def record(hostile: dict[str, Any], name: str) -> dict[str, Any]:
+    """One learner's record."""
+    records = hostile["records"]
+    assert isinstance(records, dict)
+    value: dict[str, Any] = records[name]
+    return value
+
+
+def test_the_good_learner_is_graded_normally(hostile: dict[str, Any]) -> None:
+    """Next to six hostile folders, is the good learner still complete?"""
+    assert hostile["code"] == 0
+    assert record(hostile, "good")["status"] == "complete"
+
+
+def test_an_environment_secret_never_reaches_learner_code(hostile: dict[str, Any]) -> None:
+    """Does learner code that hunts os.environ and /proc/*/environ find nothing of the grader's secret?"""
+    secret_record = record(hostile, "secret")
+    labs = secret_record["labs"]
+    assert isinstance(labs, list)
+    assert labs[0]["first_failure"].startswith("leak:nothing")
+    assert str(hostile["secret"]) not in str(hostile["text"])
+
+
+@pytest.mark.skipif(not ROOT, reason="writes outside the copy are contained only when grading runs as root")
+def test_writes_outside_the_copy_do_not_happen(hostile: dict[str, Any]) -> None:
+    """Does none of the escape targets (/tmp, the repo, another learner, /root) exist after grading?"""
+    assert hostile["escaped"] == []
+    assert record(hostile, "escape")["status"] == "complete"
+    assert record(hostile, "escape")["sandbox"] == "isolated"
+
+
+def test_an_endless_loop_is_stopped_at_the_wall_time(hostile: dict[str, Any]) -> None:
+    """Is the endless loop stopped by the wall-time limit and reported as a timeout?"""
+    loop = record(hostile, "loop")
+    assert loop["status"] == "timeout"
+    assert WALL_SECONDS <= float(str(loop["seconds"])) < WALL_SECONDS + 15
+
+
+def test_a_huge_allocation_hits_the_memory_limit(hostile: dict[str, Any]) -> None:
+    """Does allocating 8 GiB fail inside the sandbox and get reported for that learner?"""
+    memory = record(hostile, "memory")
+    assert memory["status"] == "error"
+    assert "memory limit reached" in memory["flags"]
+
+
+def test_spawning_many_processes_is_limited_and_cleaned_up(hostile: dict[str, Any]) -> None:
+    """Does a fork loop hit the process limit, and is no sandbox process left afterwards?"""
+    spawn = record(hostile, "spawn")
+    assert spawn["status"] == "error"
+    message = str(spawn["message"])
+    assert "forked " in message
+    forked = int(message.split("forked ")[1].split(" of")[0])
+    assert forked < 400
+    assert hostile["left"] == []
+
+
+def test_os_exit_is_contained_and_reported(hostile: dict[str, Any]) -> None:
+    """Is a learner whose code calls os._exit(3) at import reported, with the exit named, and not graded?"""
+    exited = record(hostile, "exit")
+    assert exited["status"] in ("error", "crashed")
+    assert "os._exit(3)" in str(exited["message"]) or "exit code 3" in str(exited["message"])
+    assert exited["passed"] == 0
+
+
+def test_a_hard_exit_is_reported_as_a_crash(hostile: dict[str, Any]) -> None:
+    """Is a run that ends through posix._exit(3), with no report, a crash with that exit code?"""
+    crashed = record(hostile, "hard-exit")
+    assert crashed["status"] == "crashed"
+    assert "exit code 3" in str(crashed["message"])
+
+
+def test_hostile_folders_are_left_byte_identical(hostile: dict[str, Any]) -> None:
+    """Is every folder, hostile or not, unchanged by grading?"""
+    assert hostile["after"] == hostile["before"]
+
+
+def test_the_grader_leaves_no_scratch_behind(hostile: dict[str, Any]) -> None:
+    """Does the grader remove its temporary copies (owned by the sandbox uids) when it is done?"""
+    assert hostile["scratch_left"] == []

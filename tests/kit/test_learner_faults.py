@@ -1,0 +1,150 @@
+"""Learner-code faults never hang or bury the learner: syntax errors, endless loops, sys.exit, os._exit."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from learner_support import make_folder, run_cli, solve
+from pi_course_kit.manifest import Checkpoint, Course
+from pi_course_kit.runner import RunResult, run_tests
+
+PROBE = '''
+"""Probe tests that call one learner function each; the fault under test lives in pi_course/tool.py."""
+
+import pytest
+from hypothesis import given, strategies as st
+
+from pi_course import optional_positive_integer, string_value
+
+
+@pytest.mark.lab6_1
+def test_plain_call():
+    assert optional_positive_integer(2) == 2
+
+
+@pytest.mark.lab6_1
+@given(st.integers(min_value=1, max_value=5))
+def test_property_call(number):
+    assert optional_positive_integer(number) == number
+
+
+@pytest.mark.lab6_1
+def test_string_call():
+    assert string_value("Pi") == "Pi"
+
+
+@pytest.mark.lab6_2
+def test_the_run_goes_on():
+    assert True
+'''
+
+
+def faulty_folder(
+    course: Course, checkpoint: Checkpoint, root: Path, function: str, fault: str, with_probe: bool = True
+) -> Path:
+    """A solved practice folder whose `function` starts with `fault`, plus (by default) the probe tests."""
+    folder = make_folder(course, checkpoint, root / "p")
+    solve(course, checkpoint, folder)
+    tool = folder / "pi_course" / "tool.py"
+    lines = tool.read_text(encoding="utf-8").splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"def {function}("))
+    docstring = next(i for i in range(start, len(lines)) if '"""' in lines[i])
+    lines.insert(docstring + 1, f"    {fault}  # FAULT\n")
+    tool.write_text("".join(lines), encoding="utf-8")
+    if with_probe:
+        (folder / "tests" / "test_probe.py").write_text(PROBE, encoding="utf-8")
+    return folder
+
+
+def fault_line(folder: Path) -> int:
+    """The line number of the injected fault."""
+    text = (folder / "pi_course" / "tool.py").read_text(encoding="utf-8")
+    return next(n for n, line in enumerate(text.splitlines(), start=1) if "# FAULT" in line)
+
+
+def probe(folder: Path, *extra: str) -> RunResult:
+    """Run only the probe tests, with a hard outer limit so a regression fails instead of hanging."""
+    return run_tests(folder, ["tests/test_probe.py", *extra], timeout=90)
+
+
+def by_name(result: RunResult) -> dict[str, dict[str, object]]:
+    """Test records keyed by function name."""
+    return {str(record["nodeid"]).split("::")[-1]: record for record in result.tests}
+
+
+def test_syntax_error_is_one_line_with_its_lab(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Is a syntax error in tool.py reported as file:line and its lab, without importlib/pytest frames?"""
+    folder = faulty_folder(
+        course, checkpoint, tmp_path, "optional_string", "return value +", with_probe=False
+    )
+    line = fault_line(folder)
+    result = run_tests(folder, timeout=90)
+    assert result.finished and not result.tests
+    (error,) = result.collect_errors
+    assert error["location"] == f"pi_course/tool.py:{line}"
+    assert error["lab"] == "6.1"
+    assert "SyntaxError" in error["message"]
+    assert "_bootstrap" not in result.output and "_pytest" not in result.output
+    shown = run_cli(["check"], cwd=folder / "tests")
+    assert shown.returncode == 1
+    assert f"cannot import your code: pi_course/tool.py:{line} (in Lab 6.1): SyntaxError" in shown.stdout
+
+
+def test_endless_loop_is_stopped_per_test_naming_the_lab(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Is an endless loop stopped by the per-test timeout (hypothesis tests too), naming the lab, run going on?"""
+    folder = faulty_folder(course, checkpoint, tmp_path, "optional_positive_integer", "while True: pass")
+    started = time.monotonic()
+    result = probe(folder, "--timeout", "1")
+    assert time.monotonic() - started < 60
+    assert result.finished and not result.timed_out
+    records = by_name(result)
+    for name in ("test_plain_call", "test_property_call"):
+        assert records[name]["outcome"] == "failed"
+        assert "Timeout" in str(records[name]["message"])
+        assert "endless loop in Lab 6.1" in str(records[name]["message"])
+        assert records[name]["location"] == f"pi_course/tool.py:{fault_line(folder)}"
+    assert records["test_string_call"]["outcome"] == "passed"
+    assert records["test_the_run_goes_on"]["outcome"] == "passed"
+    assert result.next_step is not None and result.next_step["lab"] == "6.1"
+
+
+@pytest.mark.parametrize("fault", ["import sys; sys.exit(3)", "raise SystemExit", "import os; os._exit(3)"])
+def test_exiting_inside_a_test_still_ends_in_a_report(
+    fault: str, course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Does sys.exit()/os._exit() in learner code fail that test with a plain message, and the report still print?"""
+    folder = faulty_folder(course, checkpoint, tmp_path, "string_value", fault)
+    result = probe(folder)
+    assert result.finished
+    records = by_name(result)
+    failed = records["test_string_call"]
+    assert failed["outcome"] == "failed"
+    kind = "os._exit" if "os._exit" in fault else "sys.exit"
+    assert f"learner code called {kind}(" in str(failed["message"])
+    assert failed["location"] == f"pi_course/tool.py:{fault_line(folder)}"
+    assert records["test_the_run_goes_on"]["outcome"] == "passed"
+    assert "pi-course labs" in result.output
+
+
+@pytest.mark.parametrize("fault", ["import sys; sys.exit(4)", "import os; os._exit(4)"])
+def test_exiting_while_importing_is_a_located_import_error(
+    fault: str, course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Does exiting at import time become an import error at file:line in its lab, not a dead run?"""
+    folder = make_folder(course, checkpoint, tmp_path / "p")
+    tool = folder / "pi_course" / "tool.py"
+    text = tool.read_text(encoding="utf-8")
+    marker = "# ## Lab 6.2"
+    tool.write_text(text.replace(marker, f"{marker}\n{fault}  # FAULT", 1), encoding="utf-8")
+    result = run_tests(folder, timeout=90)
+    assert result.finished and "INTERNALERROR" not in result.output
+    (error,) = result.collect_errors
+    assert error["location"] == f"pi_course/tool.py:{fault_line(folder)}"
+    assert error["lab"] == "6.2"
+    assert ("sys.exit(4)" if "sys" in fault else "os._exit(4)") in error["message"]

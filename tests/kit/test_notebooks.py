@@ -1,0 +1,375 @@
+"""Checkpoint notebooks: valid, runnable on solution, starter and a practice folder, stored outputs fresh."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat import NotebookNode
+from pi_course_kit import adapters, nbrun
+from pi_course_kit import notebook as nbhelp
+from pi_course_kit.errors import KitError
+from pi_course_kit.manifest import Checkpoint, Course
+from pi_course_kit.staging import stage_tree
+
+
+@pytest.fixture(scope="session")
+def notebook_path(course: Course, checkpoint: Checkpoint) -> Path:
+    """The checkpoint's notebook in the repository."""
+    return course.root / checkpoint.notebook
+
+
+@pytest.fixture(scope="session")
+def stored(notebook_path: Path) -> NotebookNode:
+    """The notebook as committed, with the outputs of a solution run."""
+    return nbrun.load(notebook_path)
+
+
+@pytest.fixture(scope="session")
+def repo_executed(notebook_path: Path) -> NotebookNode:
+    """The notebook run as a reader of the repository runs it: kernel in notebooks/, no override."""
+    return nbrun.repo_run(notebook_path)
+
+
+@pytest.fixture(scope="session")
+def practice_executed(
+    course: Course, checkpoint: Checkpoint, notebook_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, NotebookNode]:
+    """A fresh practice-like folder (the starter, the notebook at its root), run from that folder's cwd."""
+    folder = stage_tree(
+        course, checkpoint, course.root / checkpoint.starter, tmp_path_factory.mktemp("practice") / "p06"
+    )
+    shutil.copyfile(notebook_path, folder / notebook_path.name)
+    meta = folder / ".pi-course" / "meta.json"
+    meta.parent.mkdir()
+    meta.write_text(json.dumps({"checkpoint": checkpoint.id}), encoding="utf-8")
+    executed = nbrun.execute(nbrun.load(folder / notebook_path.name), cwd=folder, env=nbrun.kernel_env(None))
+    return folder, executed
+
+
+def write_small_notebook(path: Path, *cells: tuple[str, bool]) -> None:
+    """Write an nbformat 4.5 notebook of code cells given as (source, tagged raises-exception)."""
+    nb = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": f"cell-{number}",
+                "metadata": {"tags": ["raises-exception"]} if tagged else {},
+                "source": source,
+                "outputs": [],
+                "execution_count": None,
+            }
+            for number, (source, tagged) in enumerate(cells, start=1)
+        ],
+    }
+    path.write_text(json.dumps(nb), encoding="utf-8")
+
+
+def code_cells(nb: NotebookNode) -> list[NotebookNode]:
+    return [cell for cell in nb.cells if cell.cell_type == "code"]
+
+
+def stream_text(cell: NotebookNode) -> str:
+    return "".join(out.get("text", "") for out in cell.outputs if out.output_type == "stream")
+
+
+# ----------------------------------------------------------------------------- structure, no kernel
+
+
+def test_every_checkpoint_notebook_is_valid_nbformat(course: Course) -> None:
+    """Does every notebook named in the manifest exist and pass nbformat.validate?"""
+    for checkpoint in course.checkpoints:
+        nb = nbrun.load(course.root / checkpoint.notebook)
+        assert nbrun.validation_errors(nb) == []
+        nbformat.validate(nb)
+
+
+def test_every_code_cell_names_its_step(stored: NotebookNode) -> None:
+    """Does each code cell start with a `# Step N · ...` comment, the first one choosing the tree?"""
+    cells = code_cells(stored)
+    assert all(cell.source.startswith("# Step ") and " · " in cell.source.splitlines()[0] for cell in cells)
+    assert "use_tree()" in cells[0].source
+    assert stored.metadata["kernelspec"]["name"] == nbrun.KERNEL_NAME
+
+
+def test_the_notebook_walks_the_chapter_in_order(stored: NotebookNode) -> None:
+    """Do the sections come in the chapter's order, from the echo call to the comparison with upstream?"""
+    text = "\n".join(cell.source for cell in stored.cells)
+    landmarks = [
+        "echo_call = ToolCall(",
+        "make_echo_schema().json_schema",
+        "def make_request_schema",
+        'check("6.1")',
+        "ValidatorLike(Protocol",
+        "show(make_tools().definitions())",
+        "provider_tools(",
+        'check("6.2")',
+        "AbortController()",
+        "explode",
+        "trace_call(",
+        'check("6.3")',
+        "execute_parse_last",
+        "uppercase",
+        "TypeBox",
+    ]
+    positions = [text.find(mark) for mark in landmarks]
+    assert -1 not in positions, [m for m, p in zip(landmarks, positions, strict=True) if p == -1]
+    assert positions == sorted(positions)
+
+
+def test_stored_outputs_hold_no_volatile_values(stored: NotebookNode) -> None:
+    """Are the committed outputs free of raw timestamps, memory addresses and temp paths, and not empty?"""
+    outputs = [out for cell in code_cells(stored) for out in cell.outputs]
+    assert outputs, "the notebook is committed without outputs; run " + nbrun.REFRESH_COMMAND
+    raw = json.dumps(outputs, ensure_ascii=False)
+    assert nbrun.normalise_text(raw) == raw
+    assert "<int ms>" in raw
+
+
+# ----------------------------------------------------------------------------- executed notebooks
+
+
+@pytest.mark.slow
+def test_solution_run_has_no_error_outputs(repo_executed: NotebookNode) -> None:
+    """Run from the repository, does every cell of the notebook finish without an error output?"""
+    assert nbrun.cell_errors(repo_executed) == []
+    first = stream_text(code_cells(repo_executed)[0])
+    assert "solutions/06-tool-contract" in first
+
+
+@pytest.mark.slow
+def test_stored_outputs_are_fresh(
+    checkpoint: Checkpoint, stored: NotebookNode, repo_executed: NotebookNode
+) -> None:
+    """Do the committed outputs equal a fresh solution run (timestamps, addresses, counts, durations aside)?"""
+    assert nbrun.stale_cells(stored, repo_executed, path=checkpoint.notebook) == []
+
+
+@pytest.mark.slow
+def test_solution_run_shows_each_trace_stopping_where_the_chapter_says(repo_executed: NotebookNode) -> None:
+    """Does the side-by-side trace cell show parse, lookup and execute as the stops of the three failures?"""
+    cell = next(c for c in code_cells(repo_executed) if "side_by_side(" in c.source and "explode" in c.source)
+    plain = "".join(out.data["text/plain"] for out in cell.outputs if "data" in out)
+    assert "success: lookup ✓ → parse ✓ → execute ✓ → result ✓ (count=1, paired call-1/echo)" in plain
+    assert "bad arguments: lookup ✓ → parse ✗ → execute · → result ✓ (count=0" in plain
+    assert "unknown tool: lookup ✗ → parse · → execute · → result ✓ (count=0, paired call-1/missing)" in plain
+    assert "tool raised: lookup ✓ → parse ✓ → execute ✗" in plain
+    html = "".join(out.data["text/html"] for out in cell.outputs if "data" in out)
+    assert html.count("pi-trace-stage pi-trace-stopped") == 3
+
+
+@pytest.mark.slow
+def test_starter_has_only_lab_errors_in_tagged_cells(
+    notebook_path: Path, course: Course, checkpoint: Checkpoint
+) -> None:
+    """Against the starter, does notebook_errors find nothing but expected, tagged LabNotImplemented errors?"""
+    assert nbrun.notebook_errors(notebook_path, course.root / checkpoint.starter, allow_lab_errors=True) == []
+
+
+@pytest.mark.slow
+def test_practice_folder_runs_its_own_code(
+    checkpoint: Checkpoint, practice_executed: tuple[Path, NotebookNode]
+) -> None:
+    """From a fresh practice folder, does the notebook import that folder's pi_course and show its lab errors?"""
+    folder, executed = practice_executed
+    cells = code_cells(executed)
+    assert f"练习目录：{folder.name}" in stream_text(cells[0])
+    strict = nbrun.cell_errors(executed)
+    assert strict, "the starter's unfinished labs should show up as errors"
+    assert all("LabNotImplemented: Lab 6." in line for line in strict)
+    assert strict[0].endswith(checkpoint.first_red)
+    assert nbrun.cell_errors(executed, allow_lab_errors=True) == []
+
+
+@pytest.mark.slow
+def test_practice_check_cell_reports_the_lab_as_not_started(
+    practice_executed: tuple[Path, NotebookNode],
+) -> None:
+    """Does `check("6.1")` in a fresh practice folder render the per-lab table with 6.1 not started?"""
+    _, executed = practice_executed
+    cell = next(c for c in code_cells(executed) if 'check("6.1")' in c.source)
+    plain = "".join(out.data["text/plain"] for out in cell.outputs if "data" in out)
+    html = "".join(out.data["text/html"] for out in cell.outputs if "data" in out)
+    assert "Lab 6.1: 0/" in plain and "not started" in plain
+    assert "<table>" in html and "Lab 6.1 not implemented" in html
+
+
+@pytest.mark.slow
+def test_notebook_errors_names_each_offending_cell(
+    tmp_path: Path, course: Course, checkpoint: Checkpoint
+) -> None:
+    """Does notebook_errors give one line per bad cell: a plain error, and a lab error in an untagged cell?"""
+    path = tmp_path / "small.ipynb"
+    write_small_notebook(
+        path,
+        ("# Step 1 · tagged\nfrom pi_course import object_schema\nobject_schema({})", True),
+        ("# Step 2 · untagged\nobject_schema({})", False),
+        ("# Step 3 · typo\nundefined_name", False),
+    )
+    lines = nbrun.notebook_errors(path, course.root / checkpoint.starter, allow_lab_errors=True)
+    assert len(lines) == 2
+    assert lines[0].startswith("small.ipynb cell 2 (# Step 2 · untagged): LabNotImplemented")
+    assert "raises-exception" in lines[0]
+    assert lines[1] == "small.ipynb cell 3 (# Step 3 · typo): NameError: name 'undefined_name' is not defined"
+    strict = nbrun.notebook_errors(path, course.root / checkpoint.starter)
+    assert len(strict) == 3
+
+
+# ----------------------------------------------------------------------------- nbrun without a kernel
+
+
+def test_stale_outputs_are_reported_with_the_refresh_command(stored: NotebookNode) -> None:
+    """When one stored output differs, is exactly that cell reported, with the command that refreshes it?"""
+    fresh = copy.deepcopy(stored)
+    cell = next(c for c in code_cells(fresh) if c.outputs and c.outputs[0].output_type == "stream")
+    cell.outputs[0].text = cell.outputs[0].text + "changed\n"
+    lines = nbrun.stale_cells(stored, fresh, path="notebooks/x.ipynb")
+    assert len(lines) == 1
+    assert cell.source.splitlines()[0] in lines[0]
+    assert "python -m pi_course_kit.nbrun --refresh notebooks/x.ipynb" in lines[0]
+
+
+def test_execution_counts_and_volatile_text_do_not_count_as_stale(stored: NotebookNode) -> None:
+    """Do execution counts, memory addresses, temp paths, epoch ms and durations leave a notebook fresh?"""
+    fresh = copy.deepcopy(stored)
+    stored_copy = copy.deepcopy(stored)
+    for one, other in zip(code_cells(fresh), code_cells(stored_copy), strict=True):
+        one.execution_count = 99
+        noise = [
+            "at 0x7f3a2b1c9d10 /tmp/pi-course-abc/tree 1764700000123 in 0.52s\n",
+            "at 0x55aa11bb22cc /tmp/xyz 1764700009999 in 3s\n",
+        ]
+        one.outputs.append({"output_type": "stream", "name": "stdout", "text": noise[0]})
+        other.outputs.append({"output_type": "stream", "name": "stdout", "text": noise[1]})
+    assert nbrun.stale_cells(stored_copy, fresh) == []
+
+
+def test_nbrun_command_refuses_bad_input_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Does the nbrun command answer a missing notebook or a missing --tree with one line and exit code 2?"""
+    assert nbrun.main(["--check-fresh", str(tmp_path / "missing.ipynb")]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: notebook not found")
+    real = tmp_path / "real.ipynb"
+    write_small_notebook(real, ("# Step 1 · nothing\npass", False))
+    assert nbrun.main(["--errors", str(real)]) == 2
+    assert "--tree" in capsys.readouterr().err
+
+
+def test_notebook_errors_refuses_a_folder_without_pi_course(tmp_path: Path, notebook_path: Path) -> None:
+    """Given a tree without pi_course, does notebook_errors say so in one line instead of starting a kernel?"""
+    lines = nbrun.notebook_errors(notebook_path, tmp_path)
+    assert lines == [f"{tmp_path}: no pi_course/__init__.py; pass a tree holding the pi_course package"]
+
+
+# ----------------------------------------------------------------------------- notebook helpers
+
+
+def test_find_tree_from_notebooks_folder_picks_the_solution(
+    course: Course, checkpoint: Checkpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started in the repository's notebooks/ folder, does the notebook choose the solution tree?"""
+    monkeypatch.delenv(nbhelp.TREE_ENV, raising=False)
+    tree = nbhelp.find_tree(course.root / "notebooks")
+    assert tree.path == (course.root / checkpoint.solution).resolve()
+    assert tree.kind == "solution" and tree.shown.startswith("../solutions/06-tool-contract")
+
+
+def test_find_tree_prefers_the_override_then_a_practice_folder(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Is PI_COURSE_TREE used first, a cwd holding pi_course next, and a bad override refused clearly?"""
+    practice = stage_tree(course, checkpoint, course.root / checkpoint.starter, tmp_path / "practice")
+    monkeypatch.delenv(nbhelp.TREE_ENV, raising=False)
+    assert nbhelp.find_tree(practice).kind == "practice"
+    monkeypatch.setenv(nbhelp.TREE_ENV, str(course.root / checkpoint.solution))
+    assert nbhelp.find_tree(practice).path == (course.root / checkpoint.solution).resolve()
+    monkeypatch.setenv(nbhelp.TREE_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(KitError, match=r"PI_COURSE_TREE=.*has no pi_course/__init__\.py"):
+        nbhelp.find_tree(practice)
+    monkeypatch.delenv(nbhelp.TREE_ENV)
+    with pytest.raises(KitError, match="no pi_course tree found"):
+        nbhelp.find_tree(tmp_path)
+
+
+def test_use_tree_puts_the_tree_first_and_refuses_another_imported_pi_course(
+    course: Course,
+    checkpoint: Checkpoint,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Is the tree first on sys.path exactly once, and is a pi_course from elsewhere refused with a clear error?"""
+    monkeypatch.delenv(nbhelp.TREE_ENV, raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    practice = stage_tree(course, checkpoint, course.root / checkpoint.starter, tmp_path / "practice")
+    assert nbhelp.use_tree(cwd=practice) == practice.resolve()
+    nbhelp.use_tree(cwd=practice)
+    assert sys.path[0] == str(practice.resolve()) and sys.path.count(str(practice.resolve())) == 1
+    assert "练习目录：practice" in capsys.readouterr().out
+    # A stand-in module object: the kit process itself never imports the real pi_course.
+    other = types.ModuleType("pi_course")
+    other.__file__ = str(course.root / checkpoint.solution / "pi_course" / "__init__.py")
+    monkeypatch.setitem(sys.modules, "pi_course", other)
+    with pytest.raises(KitError, match=r"a different pi_course is already imported .*restart the kernel"):
+        nbhelp.use_tree(cwd=practice)
+
+
+def test_show_hides_the_timestamp_and_never_prints_an_address(capsys: pytest.CaptureFixture[str]) -> None:
+    """Does show() print a result with `<int ms>` for the timestamp and a type name for opaque objects?"""
+    nbhelp.show({"toolCallId": "call-1", "timestamp": 1764700000123, "details": object()})
+    out = capsys.readouterr().out
+    assert '"timestamp": "<int ms>"' in out and '"details": "<object>"' in out and "0x" not in out
+
+
+# ----------------------------------------------------------------------------- provider adapters
+
+ECHO = {
+    "name": "echo",
+    "description": "Echo one value",
+    "parameters": {
+        "type": "object",
+        "properties": {"value": {"type": "string"}},
+        "required": ["value"],
+        "additionalProperties": False,
+    },
+}
+
+
+def test_adapters_give_the_openai_and_anthropic_tool_formats() -> None:
+    """Does one definition become an OpenAI function tool and an Anthropic tool with the same schema copy?"""
+    openai, anthropic = adapters.to_openai(ECHO), adapters.to_anthropic(ECHO)
+    assert openai == {"type": "function", "function": ECHO}
+    assert anthropic == {"name": "echo", "description": "Echo one value", "input_schema": ECHO["parameters"]}
+    assert openai["function"]["parameters"] is not ECHO["parameters"]
+    assert anthropic["input_schema"] is not ECHO["parameters"]
+
+
+def test_meta_schema_check_accepts_echo_and_names_what_is_wrong_otherwise() -> None:
+    """Does the 2020-12 meta-schema check pass echo, and name the path of an invalid type and a non-object top?"""
+    view = adapters.provider_tools([ECHO])
+    assert view.valid and view.verdicts() == ["✓ echo: JSON Schema 2020-12 ok"]
+    bad = {"type": "object", "properties": {"value": {"type": "text"}}}
+    assert adapters.schema_problems(bad)[0].startswith(
+        "not valid JSON Schema 2020-12 at properties/value/type"
+    )
+    assert adapters.schema_problems({"type": "string"}) == [
+        'tool parameters must have "type": "object", got \'string\''
+    ]
+    broken = adapters.provider_tools([{**ECHO, "parameters": bad}])
+    assert not broken.valid and "✗ echo" in str(broken) and "#cf222e" in broken._repr_html_()
+
+
+def test_adapters_refuse_something_that_is_not_a_definition() -> None:
+    """Is a value without name/description/parameters refused with a message naming what is needed?"""
+    with pytest.raises(TypeError, match="need str name, str description and dict parameters"):
+        adapters.to_openai({"name": "echo"})
