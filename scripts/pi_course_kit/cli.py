@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Protocol
@@ -70,6 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return _load(args.command).run(args)
+    except BrokenPipeError:
+        # `pi-course diff 06 | head`: the reader left. Point stdout at devnull so the interpreter's
+        # final flush does not raise again (the recipe from the `signal` module's documentation).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (KitError, ManifestError) as error:
         print(f"pi-course {args.command}: error: {error}", file=sys.stderr)
         return 2

@@ -212,7 +212,9 @@ def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None) -> s
         else:
             names = "、".join(_code(name) for name in lab.implements)
             lines += [f"要新写的内容：{names}。起始状态里还没有它，需要你自己建文件。", ""]
-        lines.append(f"- 测试：{counts.get(lab.id, 0)} 个，pytest 标记 `{lab.marker}`")
+        lines.append(
+            f"- 测试：{counts.get(lab.id, 0)} 个测试函数（参数化后条数更多），pytest 标记 `{lab.marker}`"
+        )
         lines.append(f"- 运行：`python -m pytest -m {lab.marker}`，或 `pi-course check --lab {lab.id}`")
         if lab.id == first_lab:
             lines.append(f"- 第一个红灯：`{checkpoint.first_red}`")

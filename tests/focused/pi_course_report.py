@@ -138,7 +138,12 @@ def next_step(rows: list[LabSummary]) -> dict[str, Any] | None:
     if failure and failure.outcome == "skipped":
         what = failure.skip_reason or "optional exercise"
     elif target.status == NOT_STARTED:
-        what = f"implement what raises LabNotImplemented({target.id!r}, ...)"
+        stub = (
+            failure.message
+            if failure and failure.exc_lab == target.id
+            else f"Lab {target.id} not implemented"
+        )
+        what = f"{stub} — replace that raise with your implementation"
     else:
         what = failure.message if failure else "make its tests pass"
     return {
