@@ -6,12 +6,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from pi_course_report import ReportPlugin
+from pi_course_report import ReportPlugin, StubFailures
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the per-lab report for this run."""
     config.pluginmanager.register(ReportPlugin(config), "pi-course-report")
+    config.pluginmanager.register(StubFailures(Path(str(config.rootpath))), "pi-course-stub-failures")
     if (Path(str(config.rootpath)) / ".pi-course" / "meta.json").is_file():
         # A practice folder is re-run after every save: keep pytest's rewritten test modules cached
         # in tests/__pycache__ even when the caller asked for no bytecode (the kit's runner does),

@@ -201,6 +201,61 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
+def learner_location(excinfo: pytest.ExceptionInfo[BaseException], root: Path) -> str | None:
+    """The deepest traceback line inside the learner's pi_course, as `path:line`."""
+    for entry in reversed(excinfo.traceback):
+        path = Path(str(entry.path))
+        if "pi_course" in path.parts:
+            try:
+                shown = path.relative_to(root)
+            except ValueError:
+                shown = path
+            return f"{shown}:{entry.lineno + 1}"
+    return None
+
+
+def stub_lab(error: BaseException) -> str | None:
+    """The lab of a `LabNotImplemented` (matched by name: this plugin never imports pi_course), else None."""
+    lab = getattr(error, "lab", None)
+    is_stub = any(cls.__name__ == "LabNotImplemented" for cls in type(error).__mro__)
+    return lab if is_stub and isinstance(lab, str) else None
+
+
+class StubFailures:
+    """Reports a test stopped by an unfinished lab's stub in one line instead of a full traceback.
+
+    On a fresh starter dozens of tests stop on the same few `raise LabNotImplemented(...)` lines;
+    one line each (what is missing, and where) reads better and skips seconds of traceback rendering.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> pytest.TestReport | None:
+        """Build the compact report for a stub failure; leave every other outcome to pytest."""
+        if call.excinfo is None or stub_lab(call.excinfo.value) is None:
+            return None
+        where = learner_location(call.excinfo, self.root)
+        text = f"{_first_line(str(call.excinfo.value))}" + (f"  ({where})" if where else "")
+        sections = [(f"Captured {key} {when}", content) for when, key, content in item._report_sections]
+        return pytest.TestReport(
+            item.nodeid,
+            item.location,
+            dict.fromkeys(item.keywords, 1),
+            "failed",
+            text,
+            call.when,
+            sections,
+            call.duration,
+            call.start,
+            call.stop,
+            item.user_properties,
+        )
+
+
 class ReportPlugin:
     """Collects one TestRecord per focused test and prints the per-lab table at the end."""
 
@@ -236,15 +291,7 @@ class ReportPlugin:
 
     def _location(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str | None:
         """The deepest traceback line inside the learner's pi_course, as `path:line`."""
-        for entry in reversed(excinfo.traceback):
-            path = Path(str(entry.path))
-            if "pi_course" in path.parts:
-                try:
-                    shown = path.relative_to(self.root)
-                except ValueError:
-                    shown = path
-                return f"{shown}:{entry.lineno + 1}"
-        return None
+        return learner_location(excinfo, self.root)
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
@@ -318,11 +365,7 @@ class ReportPlugin:
                 record.exc_type = type(error).__name__
                 if isinstance(error, LearnerTimeout):
                     self.looped_labs.add(record.lab)
-                lab = getattr(error, "lab", None)
-                if any(c.__name__ == "LabNotImplemented" for c in type(error).__mro__) and isinstance(
-                    lab, str
-                ):
-                    record.exc_lab = lab
+                record.exc_lab = stub_lab(error)
                 record.message = _first_line(str(error)) or record.exc_type
                 if isinstance(error, SystemExit):
                     record.message = (

@@ -115,3 +115,14 @@ def test_report_plugin_needs_only_pytest_and_the_standard_library(course: Course
             if isinstance(node, ast.ImportFrom) and node.module
         }
         assert imported <= allowed, (name, imported - allowed)
+
+
+def test_a_stub_failure_is_one_line_naming_the_stub_and_where_it_is(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """On the starter, is each stub failure one line (the lab error and its file:line) instead of a traceback?"""
+    tree = stage_tree(course, checkpoint, course.root / checkpoint.starter, tmp_path / "tree")
+    result = run_tests(tree, ["-m", "lab6_1"])
+    assert "Lab 6.1 not implemented: object_schema  (pi_course/tool.py:" in result.output
+    assert "raise LabNotImplemented(" not in result.output  # no source excerpt of the stub
+    assert result.tests and all(t["exc_lab"] == "6.1" for t in result.tests)
