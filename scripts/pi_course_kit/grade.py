@@ -70,6 +70,14 @@ class LearnerRecord:
 
 
 @dataclass(frozen=True)
+class Slot:
+    """One parallel grading slot: its sandbox uid (None when not root) and its fork server."""
+
+    uid: int | None
+    server: sandbox.ForkServer
+
+
+@dataclass(frozen=True)
 class Reference:
     """The pristine focused tests of a checkpoint: which node ids exist and which lab each belongs to."""
 
@@ -92,15 +100,21 @@ class Grader:
         self.scratch = Path(tempfile.mkdtemp(prefix="pi-course-grade-"))
         os.chmod(self.scratch, 0o711)
         self.root = os.geteuid() == 0
-        self.uids: queue.Queue[int | None] = queue.Queue()
-        for slot in range(self.jobs):
-            self.uids.put(FIRST_UID + slot if self.root else None)
+        # One uid and one fork server per parallel slot; a slot serves one learner at a time.
+        self.slots: queue.Queue[Slot] = queue.Queue()
+        self._servers: list[sandbox.ForkServer] = []
+        for index in range(self.jobs):
+            server = sandbox.ForkServer(self.scratch / f"fork-server-{index}.log")
+            self._servers.append(server)
+            self.slots.put(Slot(FIRST_UID + index if self.root else None, server))
         self.level = sandbox.best_level(self.scratch, FIRST_UID) if self.root else sandbox.LIMITS
         self.references: dict[str, Reference] = {}
         self._counter = 0
 
     def close(self) -> None:
-        """Remove every copy the grader made."""
+        """Stop the fork servers and remove every copy the grader made."""
+        for server in self._servers:
+            server.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     def reference(self, checkpoint: Checkpoint) -> Reference:
@@ -130,11 +144,11 @@ class Grader:
         return records
 
     def _grade_slot(self, folder: Path) -> LearnerRecord:
-        uid = self.uids.get()
+        slot = self.slots.get()
         try:
-            return self.grade_one(folder, uid)
+            return self.grade_one(folder, slot.uid, slot.server)
         finally:
-            self.uids.put(uid)
+            self.slots.put(slot)
 
     def _scratch_dir(self) -> Path:
         self._counter += 1
@@ -142,8 +156,13 @@ class Grader:
         os.chmod(folder, 0o711)
         return folder
 
-    def grade_one(self, folder: Path, uid: int | None = None) -> LearnerRecord:
-        """Grade one folder; a folder that is not a practice folder is reported as skipped."""
+    def grade_one(
+        self, folder: Path, uid: int | None = None, server: sandbox.ForkServer | None = None
+    ) -> LearnerRecord:
+        """Grade one folder; a folder that is not a practice folder is reported as skipped.
+
+        With a fork server the run forks from it; without one it starts a fresh sandboxed interpreter.
+        """
         started = time.perf_counter()
         record = LearnerRecord(
             learner=folder.name or str(folder), folder=str(folder.absolute()), status=SKIPPED
@@ -172,9 +191,14 @@ class Grader:
             report.write_text("", encoding="utf-8")
             sandbox.prepare_work(work, uid, writable=(self.course.package, REPORT))
             env = sandbox.minimal_env(work, {JSON_ENV: str(report)})
-            run = sandbox.run(
-                pytest_command(["--tb=no"]), work, env, self.limits, self.level, work_root / "output.log", uid
-            )
+            log = work_root / "output.log"
+            command = pytest_command(["--tb=no"])
+            if server is None:
+                run = sandbox.run(command, work, env, self.limits, self.level, log, uid)
+            else:
+                # The server is this interpreter already running `python -m pytest`: pass what follows.
+                assert command[1:3] == ["-m", "pytest"]
+                run = server.run(command[3:], work, env, self.limits, self.level, log, uid)
             record.sandbox = run.level
             _score(record, reference, run, report)
         finally:

@@ -2,6 +2,8 @@
 
 This file is also the launcher: `python -I sandbox.py CONFIG -- COMMAND...` sets the sandbox up and
 then executes COMMAND. It uses the standard library only, because it runs before anything else.
+`python -s -P sandbox.py --serve` is the fork server (`ForkServer`): it imports pytest once and forks
+one child per run, which builds the same sandbox and then runs pytest in-process.
 
 Levels, strongest first:
 - "isolated" (root, Linux): new mount, PID, network and IPC namespaces; every mount read-only except
@@ -22,6 +24,7 @@ import ctypes
 import json
 import os
 import resource
+import select
 import signal
 import stat
 import subprocess
@@ -30,6 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO, Any, NoReturn
 
 ISOLATED, UID, LIMITS = "isolated", "uid", "limits"
 SETUP_FAILED = 125
@@ -167,10 +171,13 @@ def _apply_limits(limits: Mapping[str, int]) -> None:
         resource.setrlimit(kind, (value, value))
 
 
-def launch(config: Mapping[str, object], command: Sequence[str]) -> int:
-    """Build the sandbox described by `config`, run `command` in it and return its exit status."""
+def _enter(config: Mapping[str, object]) -> int | None:
+    """Build the sandbox described by `config` around this process.
+
+    Returns None in the process that must go on to run the command (unprivileged, limited, in
+    `work`), or the exit status of that process in the namespace's watcher (isolated level only).
+    """
     work = str(config["work"])
-    env = {str(k): str(v) for k, v in dict(config["env"]).items()}  # type: ignore[call-overload]
     limits = {str(k): int(v) for k, v in dict(config["limits"]).items()}  # type: ignore[call-overload]
     uid = config.get("uid")
     if config["level"] == ISOLATED:
@@ -189,11 +196,125 @@ def launch(config: Mapping[str, object], command: Sequence[str]) -> int:
         os.setuid(uid)
     os.chdir(work)
     _apply_limits(limits)
+    return None
+
+
+def _config_env(config: Mapping[str, object]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in dict(config["env"]).items()}  # type: ignore[call-overload]
+
+
+def launch(config: Mapping[str, object], command: Sequence[str]) -> int:
+    """Build the sandbox described by `config`, run `command` in it and return its exit status."""
+    env = _config_env(config)
+    status = _enter(config)
+    if status is not None:
+        return status
     os.execve(command[0], list(command), env)
     return SETUP_FAILED  # not reached
 
 
+# Imported once by the fork server, so that no graded run pays for them again (asyncio and pdb: the
+# focused tests and pytest's debugging plugin import them on every run). pytest_timeout is left out on
+# purpose: pytest loads it with -p and warns when a -p plugin was imported before its rewrite hook.
+PRELOAD = ("pytest", "hypothesis", "hypothesis.strategies", "asyncio", "pdb")
+
+
+def _serve() -> int:
+    """The fork server: import pytest once, then fork one sandboxed pytest run per request on stdin.
+
+    Each request is one JSON line {"config", "args", "log"}; the replies are {"pid"} as soon as the
+    run started and {"status"} when it ended. The server is single-threaded and never imports
+    learner code, so every run starts from the same clean import state.
+    """
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    from _pytest.config import default_plugins
+
+    for plugin in default_plugins:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(f"_pytest.{plugin}")
+    replies = sys.stdout.buffer
+    replies.write(json.dumps({"ready": True}).encode() + b"\n")
+    replies.flush()
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _serve_one(request)
+        replies.write(json.dumps({"pid": pid}).encode() + b"\n")
+        replies.flush()
+        # Kill what the run left in its group while the run is still a zombie, so its pid (the
+        # group id) cannot have been reused by then.
+        if hasattr(os, "waitid"):
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        _kill_group(pid)
+        _, status = os.waitpid(pid, 0)
+        replies.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+        replies.flush()
+    return 0
+
+
+def _serve_one(request: Mapping[str, Any]) -> NoReturn:
+    """In the forked child: own session, output to the log, sandbox, then pytest; never returns."""
+    code = SETUP_FAILED
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        out = os.open(str(request["log"]), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        for target, source in ((0, null), (1, out), (2, out)):
+            os.dup2(source, target)
+        os.close(null)
+        os.close(out)
+        config = request["config"]
+        try:
+            status = _enter(config)
+        except (OSError, ValueError, KeyError) as error:
+            print(f"pi-course-sandbox: cannot set up the sandbox: {error}", file=sys.stderr)
+            status = SETUP_FAILED
+        code = status if status is not None else _run_pytest(config, [str(a) for a in request["args"]])
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _run_pytest(config: Mapping[str, object], args: Sequence[str]) -> int:
+    """Run pytest exactly as `python -m pytest ARGS` would, in this (already sandboxed) process."""
+    import atexit
+    import runpy
+    import tempfile
+    import traceback
+
+    env = _config_env(config)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    tempfile.tempdir = None
+    sys.path.insert(0, str(config["work"]))  # what `python -m` puts first: the working folder
+    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 - fd 0 is /dev/null; the server read requests there
+    sys.argv = ["-m", *args]  # runpy replaces the first item with the path of pytest/__main__.py
+    code: object = 0
+    try:
+        runpy.run_module("pytest", run_name="__main__", alter_sys=True)
+    except SystemExit as exit_:
+        code = exit_.code
+    except BaseException:  # what the interpreter does with an uncaught exception: print it, exit 1
+        traceback.print_exc()
+        code = 1
+    finally:
+        atexit._run_exitfuncs()
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
+
+
 def _main(argv: Sequence[str]) -> int:
+    if list(argv) == ["--serve"]:
+        return _serve()
     if len(argv) < 3 or argv[1] != "--":
         print("pi-course-sandbox: usage: sandbox.py CONFIG_JSON -- COMMAND...", file=sys.stderr)
         return SETUP_FAILED
@@ -253,6 +374,19 @@ def prepare_work(work: Path, uid: int | None, writable: Sequence[str] = ()) -> N
     os.chmod(work, 0o755)
 
 
+def _config(
+    work: Path, env: Mapping[str, str], limits: Limits, level: str, uid: int | None
+) -> dict[str, Any]:
+    return {
+        "work": str(work),
+        "env": dict(env),
+        "limits": {k: int(v) for k, v in asdict(limits).items() if k != "wall_seconds"},
+        "level": level,
+        "uid": uid,
+        "expose": interpreter_paths(),
+    }
+
+
 def run(
     command: Sequence[str],
     work: Path,
@@ -263,14 +397,7 @@ def run(
     uid: int | None = None,
 ) -> Sandboxed:
     """Run `command` in `work` under the sandbox; kill everything it started when the wall time is up."""
-    config = {
-        "work": str(work),
-        "env": dict(env),
-        "limits": {k: int(v) for k, v in asdict(limits).items() if k != "wall_seconds"},
-        "level": level,
-        "uid": uid,
-        "expose": interpreter_paths(),
-    }
+    config = _config(work, env, limits, level, uid)
     launcher = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), json.dumps(config), "--", *command]
     started = time.perf_counter()
     timed_out = False
@@ -294,6 +421,116 @@ def run(
             process.wait()
     output = log.read_bytes()[-200_000:].decode("utf-8", "replace")
     return Sandboxed(returncode, timed_out, output, level, time.perf_counter() - started)
+
+
+def server_env() -> dict[str, str]:
+    """The fork server's own environment: only what must hold from interpreter start (hash seed, locale)."""
+    keep = ("PATH", "LANG", "LC_ALL", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PYTHONIOENCODING")
+    return {k: v for k, v in minimal_env(Path("/nonexistent")).items() if k in keep}
+
+
+class ForkServer:
+    """One grading slot's fork server: a separate, single-threaded process that imported pytest once.
+
+    The grader itself is multi-threaded and must not fork; the server forks one child per run, and
+    the child builds the same sandbox as the launcher (namespaces, uid, rlimits, scrubbed environment)
+    before it runs pytest. This saves the interpreter start and the pytest imports of every run.
+    """
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+        self._pending = b""
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        """The server process, started (and its imports done) if it is not running."""
+        if self.process is not None and self.process.poll() is None:
+            return self.process
+        self.close()
+        with self.log.open("ab") as sink:
+            # -s -P rather than -I: -I would also ignore PYTHONHASHSEED, which must be fixed at start.
+            self.process = subprocess.Popen(
+                [sys.executable, "-s", "-P", str(Path(__file__).resolve()), "--serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=sink,
+                start_new_session=True,
+                env=server_env(),
+                cwd="/",
+            )
+        self._pending = b""
+        assert self.process.stdout is not None
+        # Wait for the imports here, so that they never count against a learner's wall time.
+        if self._reply(self.process.stdout, time.perf_counter() + 120) != {"ready": True}:
+            raise EOFError("the fork server did not start")
+        return self.process
+
+    def close(self) -> None:
+        """Stop the server (and anything it still runs)."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        _kill_group(process.pid)
+        process.kill()
+        process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+    def _reply(self, stream: IO[bytes], deadline: float) -> dict[str, Any] | None:
+        """The server's next reply, or None when the deadline passed first."""
+        while b"\n" not in self._pending:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([stream], [], [], remaining)
+            if ready:
+                chunk = os.read(stream.fileno(), 4096)
+                if not chunk:
+                    raise EOFError("the fork server stopped")
+                self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def run(
+        self,
+        args: Sequence[str],
+        work: Path,
+        env: Mapping[str, str],
+        limits: Limits,
+        level: str,
+        log: Path,
+        uid: int | None = None,
+    ) -> Sandboxed:
+        """Run `pytest ARGS` in `work` under the sandbox; like `run`, with the same kill on wall time."""
+        request = {"config": _config(work, env, limits, level, uid), "args": list(args), "log": str(log)}
+        timed_out, problem = False, ""
+        returncode = SETUP_FAILED
+        started = time.perf_counter()
+        try:
+            process = self._running()
+            assert process.stdin is not None and process.stdout is not None
+            started = time.perf_counter()
+            process.stdin.write(json.dumps(request).encode() + b"\n")
+            process.stdin.flush()
+            started_reply = self._reply(process.stdout, started + 60)
+            if started_reply is None:
+                raise EOFError("the fork server did not start the run")
+            pid = int(started_reply["pid"])
+            ended = self._reply(process.stdout, started + limits.wall_seconds)
+            if ended is None:
+                timed_out = True
+                _kill_group(pid)
+                ended = self._reply(process.stdout, time.perf_counter() + 60)
+                if ended is None:
+                    raise EOFError("the fork server did not end the run")
+            returncode = -signal.SIGKILL if timed_out else int(ended["status"])
+        except (OSError, EOFError, ValueError, KeyError, TypeError) as error:
+            self.close()
+            problem = f"\npi-course-sandbox: cannot run the sandbox: {error}\n"
+        output = log.read_bytes()[-200_000:].decode("utf-8", "replace") if log.is_file() else ""
+        return Sandboxed(returncode, timed_out, output + problem, level, time.perf_counter() - started)
 
 
 def _kill_group(pgid: int) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pi_course_kit import cli
+from pi_course_kit import cli, sandbox
 from pi_course_kit.grade import FIRST_UID
 from pi_course_kit.manifest import Checkpoint, Course
 from test_grade import make_learner, tree_digest
@@ -245,3 +245,63 @@ def test_hostile_folders_are_left_byte_identical(hostile: dict[str, Any]) -> Non
 def test_the_grader_leaves_no_scratch_behind(hostile: dict[str, Any]) -> None:
     """Does the grader remove its temporary copies (owned by the sandbox uids) when it is done?"""
     assert hostile["scratch_left"] == []
+
+
+POLLUTE = """
+import os
+import sys
+
+import _pytest.python
+import hypothesis
+
+
+def test_pollute():
+    hypothesis.pi_course_mark = True
+    _pytest.python.pi_course_mark = True
+    sys.modules["pi_course_planted"] = sys
+    os.environ["PI_COURSE_PLANTED"] = "1"
+    sys.path.append("/planted")
+"""
+
+CHECK = """
+import os
+import sys
+
+import _pytest.python
+import hypothesis
+
+
+def test_check():
+    assert not hasattr(hypothesis, "pi_course_mark")
+    assert not hasattr(_pytest.python, "pi_course_mark")
+    assert "pi_course_planted" not in sys.modules
+    assert "PI_COURSE_PLANTED" not in os.environ
+    assert "/planted" not in sys.path
+"""
+
+
+def test_a_fork_server_run_leaves_nothing_behind_for_the_next_learner(tmp_path: Path) -> None:
+    """Does a run that changes modules the fork server preloaded leave the server's next run untouched?"""
+    level, uid = (sandbox.ISOLATED, FIRST_UID) if ROOT else (sandbox.LIMITS, None)
+    server = sandbox.ForkServer(tmp_path / "server.log")
+    results, servers = [], []
+    try:
+        for name, source in (("pollute", POLLUTE), ("check", CHECK)):
+            work = tmp_path / name
+            work.mkdir()
+            (work / f"test_{name}.py").write_text(source, encoding="utf-8")
+            (work / "pytest.ini").write_text(
+                "[pytest]\naddopts = --disable-plugin-autoload\n", encoding="utf-8"
+            )
+            sandbox.prepare_work(work, uid)
+            env = sandbox.minimal_env(work)
+            limits = sandbox.Limits(wall_seconds=60)
+            args = ["-q", "-p", "no:cacheprovider"]
+            results.append(server.run(args, work, env, limits, level, tmp_path / f"{name}.log", uid))
+            assert server.process is not None
+            servers.append(server.process.pid)
+    finally:
+        server.close()
+    assert [r.returncode for r in results] == [0, 0], [r.output for r in results]
+    assert "1 passed" in results[1].output
+    assert servers[0] == servers[1]  # one server ran both: the second run forked from the same parent
