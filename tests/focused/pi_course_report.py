@@ -236,7 +236,8 @@ class StubFailures:
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> pytest.TestReport | None:
         """Build the compact report for a stub failure; leave every other outcome to pytest."""
-        if call.excinfo is None or stub_lab(call.excinfo.value) is None:
+        when = call.when
+        if when == "collect" or call.excinfo is None or stub_lab(call.excinfo.value) is None:
             return None
         where = learner_location(call.excinfo, self.root)
         text = f"{_first_line(str(call.excinfo.value))}" + (f"  ({where})" if where else "")
@@ -247,7 +248,7 @@ class StubFailures:
             dict.fromkeys(item.keywords, 1),
             "failed",
             text,
-            call.when,
+            when,
             sections,
             call.duration,
             call.start,
