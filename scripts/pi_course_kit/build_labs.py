@@ -30,21 +30,28 @@ class Region:
     indent: str
 
 
-def _enclosing_names(tree: ast.Module) -> dict[int, str]:
-    """Map each line inside a function to its qualified name (`Class.method`, `function`)."""
-    names: dict[int, str] = {}
+def functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every function and method of a module by qualified name (`Class.method`), outer before inner."""
+    found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
 
     def visit(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.ClassDef):
                 visit(child, f"{prefix}{child.name}.")
             elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                qualname = f"{prefix}{child.name}"
-                for line in range(child.lineno, (child.end_lineno or child.lineno) + 1):
-                    names[line] = qualname
-                visit(child, f"{qualname}.")
+                found.setdefault(f"{prefix}{child.name}", child)
+                visit(child, f"{prefix}{child.name}.")
 
     visit(tree, "")
+    return found
+
+
+def _enclosing_names(tree: ast.Module) -> dict[int, str]:
+    """Map each line inside a function to its qualified name; an inner function wins over its outer one."""
+    names: dict[int, str] = {}
+    for qualname, node in functions(tree).items():
+        for line in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+            names[line] = qualname
     return names
 
 

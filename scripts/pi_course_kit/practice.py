@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__
+from .build_labs import functions
 from .errors import KitError
 from .folder import (
     META_DIR,
@@ -53,22 +54,6 @@ def _raised_lab(node: ast.AST) -> tuple[str, str] | None:
         return None
     target = args[1].value if len(args) > 1 and isinstance(args[1], ast.Constant) else ""
     return str(args[0].value), str(target)
-
-
-def functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
-    """Every function and method of a module by qualified name (`Class.method`)."""
-    found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}{child.name}.")
-            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                found.setdefault(f"{prefix}{child.name}", child)
-                visit(child, f"{prefix}{child.name}.")
-
-    visit(tree, "")
-    return found
 
 
 def find_stubs(source: str, filename: str = "<starter>") -> list[Stub]:

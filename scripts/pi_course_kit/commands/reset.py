@@ -12,9 +12,10 @@ import tokenize
 from pathlib import Path
 
 from .. import manifest
+from ..build_labs import functions
 from ..errors import KitError
 from ..folder import BACKUP_DIR, META_DIR, PracticeFolder, open_folder
-from ..practice import find_stubs, functions
+from ..practice import find_stubs
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
