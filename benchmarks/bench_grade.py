@@ -17,7 +17,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from pi_course_kit import manifest, practice
+from pi_course_kit.core import manifest
+from pi_course_kit.learner import practice
 
 
 def make_class(root: Path, size: int) -> list[Path]:

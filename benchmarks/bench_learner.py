@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from pi_course_kit import manifest  # noqa: E402
+from pi_course_kit.core import manifest  # noqa: E402
 
 LEAN = ["--disable-plugin-autoload", "-p", "pytest_timeout", "-p", "no:cacheprovider"]
 

@@ -9,27 +9,34 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol
 
-from . import __version__
-from .errors import KitError
-from .manifest import ManifestError
+from pi_course_kit import __version__
+from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.manifest import ManifestError
 
-# name -> (module under pi_course_kit.commands, one-line help). Modules are imported only when used,
+# name -> (module under pi_course_kit, one-line help). Modules are imported only when used,
 # so that `pi-course check` starts fast.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "practice": ("practice", "make an isolated practice folder from a checkpoint's starter"),
-    "checkpoint": ("checkpoint", "show a checkpoint's card and materialise parent/ and target/ copies"),
-    "check": ("check", "run the focused tests here and show per-lab progress (--watch to re-run on save)"),
-    "hint": ("hint", "show the next hint for a lab"),
-    "reset": ("reset", "restore a lab's stubs, keeping a backup of your version"),
-    "status": ("status", "show where you stand in this practice folder"),
-    "build-labs": ("build_labs", "regenerate every starter in labs/ from solutions/"),
-    "diff": ("diff", "diff the teaching files: starter or a practice folder against the solution"),
+    "practice": ("learner.practice", "make an isolated practice folder from a checkpoint's starter"),
+    "checkpoint": (
+        "learner.checkpoint",
+        "show a checkpoint's card and materialise parent/ and target/ copies",
+    ),
+    "check": (
+        "learner.check",
+        "run the focused tests here and show per-lab progress (--watch to re-run on save)",
+    ),
+    "hint": ("learner.hint", "show the next hint for a lab"),
+    "reset": ("learner.reset", "restore a lab's stubs, keeping a backup of your version"),
+    "status": ("learner.status", "show where you stand in this practice folder"),
+    "build-labs": ("instructor.build_labs", "regenerate every starter in labs/ from solutions/"),
+    "diff": ("instructor.diff", "diff the teaching files: starter or a practice folder against the solution"),
     "diagnose": (
-        "diagnose",
+        "instructor.diagnose",
         "apply a named mutation to a copy of the solution and show which tests catch it",
     ),
-    "verify": ("verify", "check that the whole course holds together (instructors)"),
-    "grade": ("grade", "grade practice folders in sandboxed copies (instructors)"),
+    "verify": ("instructor.verify", "check that the whole course holds together (instructors)"),
+    "grade": ("instructor.grade.cli", "grade practice folders in sandboxed copies (instructors)"),
+    "nbrun": ("notebook.nbrun", "execute a checkpoint notebook, or refresh its stored outputs (instructors)"),
 }
 
 
@@ -44,7 +51,7 @@ class Command(Protocol):
 
 
 def _load(name: str) -> Command:
-    module: Command = importlib.import_module(f"pi_course_kit.commands.{COMMANDS[name][0]}")
+    module: Command = importlib.import_module(f"pi_course_kit.{COMMANDS[name][0]}")
     return module
 
 

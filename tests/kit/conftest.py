@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from pi_course_kit import manifest
-from pi_course_kit.checks import run_tree
-from pi_course_kit.manifest import Checkpoint, Course
-from pi_course_kit.runner import RunResult
+from pi_course_kit.core import manifest
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.runner import RunResult
+from pi_course_kit.instructor.promises import run_tree
 
 
 @pytest.fixture(scope="session")
 def course() -> Course:
     """The kit's own manifest."""
     return manifest.load()
+
+
+#: What `python -m pytest -m lab6_1 -x` in a fresh 06 starter stops on (its first test needs object_schema).
+FIRST_RED_06 = "Lab 6.1 not implemented: object_schema"
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pi_course_kit import practice
-from pi_course_kit.manifest import Checkpoint, Course
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.learner import practice
 
 CLI = [sys.executable, "-m", "pi_course_kit.cli"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from pi_course_kit import cli
-from pi_course_kit.manifest import Checkpoint, Course
+from pi_course_kit.core.manifest import Checkpoint, Course
 
 REPO_PARTS = ("course.toml", "labs", "solutions", "tests/focused", "notebooks")
 
@@ -65,7 +65,7 @@ def test_build_round_trip_restores_the_generated_starter(
     pristine = snapshot(starter)
     (starter / "pi_course/tool.py").write_text("broken = True\n", encoding="utf-8")
     (starter / "pi_course/extra.py").write_text("x = 1\n", encoding="utf-8")
-    (starter / checkpoint.parent_files[0]).unlink()
+    (starter / checkpoint.given_files[0]).unlink()
     assert cli.main(["build-labs", "--root", str(repo)]) == 0
     out = capsys.readouterr().out
     assert "pi_course/tool.py" in out and "pi_course/extra.py" in out
@@ -116,4 +116,4 @@ def test_unknown_checkpoint_and_missing_root_are_refused(
     assert cli.main(["build-labs", "99", "--check"]) == 2
     assert "unknown checkpoint '99'" in capsys.readouterr().err
     assert cli.main(["build-labs", "--root", str(tmp_path / "nowhere")]) == 2
-    assert "--root" in capsys.readouterr().err
+    assert "--course" in capsys.readouterr().err

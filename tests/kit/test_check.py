@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from learner_support import CLI, make_folder, run_cli, solve
-from pi_course_kit import watch
-from pi_course_kit.manifest import Checkpoint, Course
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.learner import watch
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FIRST_RED_06
 from learner_support import snapshot
-from pi_course_kit import cli, practice
-from pi_course_kit.commands import checkpoint as checkpoint_cmd
-from pi_course_kit.manifest import Checkpoint, Course
-from pi_course_kit.runner import run_tests
+from pi_course_kit import cli
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.runner import run_tests
+from pi_course_kit.learner import checkpoint as checkpoint_cmd
+from pi_course_kit.learner import practice
 
 SAMPLE = """
 import pytest
@@ -82,7 +84,7 @@ def test_card_shows_trees_files_counts_and_first_red(
             line.split()[:3] == [lab.id, lab.marker, str(counts[lab.id])] for line in out.splitlines()
         ), lab.id
     assert all(counts[lab.id] > 0 for lab in checkpoint.labs)
-    assert f"first red:         {checkpoint.first_red}" in out
+    assert f"first red:         {checkpoint.first_red_prefix} …" in out
     assert f"cd {dest / 'parent'} && python -m pytest -m lab6_1 -x" in out
 
 
@@ -91,7 +93,7 @@ def test_parent_copy_is_red_on_the_first_lab(card_run: tuple[Path, str], checkpo
     dest, _ = card_run
     result = run_tests(dest / "parent", ["-m", "lab6_1", "-x"], timeout=120)
     assert result.returncode == 1
-    assert result.tests[0]["message"] == checkpoint.first_red
+    assert result.tests[0]["message"] == FIRST_RED_06
 
 
 def test_target_copy_is_green(card_run: tuple[Path, str]) -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from pi_course_kit import cli
-from pi_course_kit.manifest import Checkpoint, Course
-from pi_course_kit.mutate import mutation_lab, mutation_problems
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor.mutate import mutation_lab, mutation_problems
 from test_build_labs import copy_repo, snapshot
 
 REQUIRED_LABS = {"6.1", "6.2", "6.3"}

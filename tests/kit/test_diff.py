@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from pi_course_kit import cli, practice
-from pi_course_kit.manifest import Checkpoint, Course
+from pi_course_kit import cli
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.learner import practice
 
 ESC = "\033["
 

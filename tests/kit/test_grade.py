@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pi_course_kit import cli, practice
-from pi_course_kit.manifest import Checkpoint, Course
+from pi_course_kit import cli
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.learner import practice
 
 GRADE_OPTIONS = ["--jobs", "2", "--timeout", "60"]
 

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pi_course_kit import cli, sandbox
-from pi_course_kit.grade import FIRST_UID
-from pi_course_kit.manifest import Checkpoint, Course
+from pi_course_kit import cli
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor.grade import sandbox
+from pi_course_kit.instructor.grade.grader import FIRST_UID
 from test_grade import make_learner, tree_digest
 
 WALL_SECONDS = 20

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from learner_support import make_folder, run_cli, snapshot, solve
 from pi_course_kit import cli
-from pi_course_kit.commands.reset import restore_labs
-from pi_course_kit.errors import KitError
-from pi_course_kit.manifest import Checkpoint, Course
+from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.learner.reset import restore_labs
 
 
 def meta(folder: Path) -> dict[str, object]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from learner_support import make_folder, run_cli, solve
-from pi_course_kit.manifest import Checkpoint, Course
-from pi_course_kit.runner import RunResult, run_tests
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.runner import RunResult, run_tests
 
 PROBE = '''
 """Probe tests that call one learner function each; the fault under test lives in pi_course/tool.py."""

@@ -6,9 +6,9 @@ import ast
 from pathlib import Path
 
 import pytest
-from pi_course_kit import manifest
-from pi_course_kit.manifest import Checkpoint, Course, ManifestError
-from pi_course_kit.staging import marker_line, pytest_ini
+from pi_course_kit.core import manifest
+from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
+from pi_course_kit.core.staging import marker_line, pytest_ini
 
 
 def test_manifest_describes_checkpoint_06_and_its_labs(course: Course, checkpoint: Checkpoint) -> None:
@@ -27,7 +27,7 @@ def test_every_path_in_the_manifest_exists(course: Course, checkpoint: Checkpoin
         assert (course.root / folder / course.package).is_dir(), folder
     for relative in (*checkpoint.focused_tests, *checkpoint.test_support):
         assert (course.root / relative).is_file(), relative
-    for relative in (*checkpoint.teaching_files, *checkpoint.parent_files, *checkpoint.solution_only):
+    for relative in (*checkpoint.teaching_files, *checkpoint.given_files, *checkpoint.solution_only):
         assert (course.root / checkpoint.solution / relative).is_file(), relative
 
 
@@ -71,12 +71,16 @@ def write(tmp_path: Path, text: str) -> Path:
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (("format_version = 1", "format_version = 2"), "'format_version' is 2"),
+        (("format_version = 2", "format_version = 3"), "'format_version' is 3"),
         (('slug = "06-tool-contract"', ""), "'checkpoints[0].slug' is missing"),
         (('marker = "lab6_2"', 'marker = "lab6_1"'), "repeats the marker lab6_1"),
         (
-            ('first_red = "Lab 6.1', "first_red = 3 #"),
-            "'checkpoints[0].first_red' must be a non-empty string",
+            ('slug = "06-tool-contract"', 'slug = "06-tool-contract"\nparent = "99"'),
+            "'checkpoints[0].parent' is '99', which is not an earlier checkpoint",
+        ),
+        (
+            ('marker = "lab6_2"', 'marker = "lab6_2"\ncredit = "most"'),
+            "must be one of fraction, all-or-nothing",
         ),
         (('teaching_files = ["pi_course/tool.py"]', "teaching_files = []"), "needs at least 1 entries"),
         (("[course]", "[course"), "not valid TOML"),

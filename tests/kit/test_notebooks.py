@@ -11,12 +11,15 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import FIRST_RED_06
 from nbformat import NotebookNode
-from pi_course_kit import adapters, nbrun
-from pi_course_kit import notebook as nbhelp
-from pi_course_kit.errors import KitError
-from pi_course_kit.manifest import Checkpoint, Course
-from pi_course_kit.staging import stage_tree
+from pi_course_kit import cli
+from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.staging import stage_tree
+from pi_course_kit.notebook import helpers as nbhelp
+from pi_course_kit.notebook import nbrun
+from pi_course_kit.teaching import adapters
 
 
 @pytest.fixture(scope="session")
@@ -186,7 +189,7 @@ def test_practice_folder_runs_its_own_code(
     strict = nbrun.cell_errors(executed)
     assert strict, "the starter's unfinished labs should show up as errors"
     assert all("LabNotImplemented: Lab 6." in line for line in strict)
-    assert strict[0].endswith(checkpoint.first_red)
+    assert strict[0].endswith(FIRST_RED_06)
     assert nbrun.cell_errors(executed, allow_lab_errors=True) == []
 
 
@@ -235,7 +238,7 @@ def test_stale_outputs_are_reported_with_the_refresh_command(stored: NotebookNod
     lines = nbrun.stale_cells(stored, fresh, path="notebooks/x.ipynb")
     assert len(lines) == 1
     assert cell.source.splitlines()[0] in lines[0]
-    assert "python -m pi_course_kit.nbrun --refresh notebooks/x.ipynb" in lines[0]
+    assert "pi-course nbrun --refresh notebooks/x.ipynb" in lines[0]
 
 
 def test_execution_counts_and_volatile_text_do_not_count_as_stale(stored: NotebookNode) -> None:
@@ -257,11 +260,11 @@ def test_nbrun_command_refuses_bad_input_with_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Does the nbrun command answer a missing notebook or a missing --tree with one line and exit code 2?"""
-    assert nbrun.main(["--check-fresh", str(tmp_path / "missing.ipynb")]) == 2
-    assert capsys.readouterr().err.strip().startswith("error: notebook not found")
+    assert cli.main(["nbrun", "--check-fresh", str(tmp_path / "missing.ipynb")]) == 2
+    assert capsys.readouterr().err.strip().startswith("pi-course nbrun: error: notebook not found")
     real = tmp_path / "real.ipynb"
     write_small_notebook(real, ("# Step 1 · nothing\npass", False))
-    assert nbrun.main(["--errors", str(real)]) == 2
+    assert cli.main(["nbrun", "--errors", str(real)]) == 2
     assert "--tree" in capsys.readouterr().err
 
 

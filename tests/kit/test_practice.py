@@ -10,10 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FIRST_RED_06
 from learner_support import run_cli, snapshot, solve
-from pi_course_kit import __version__, cli, practice
-from pi_course_kit.manifest import Checkpoint, Course
-from pi_course_kit.runner import run_tests
+from pi_course_kit import __version__, cli
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.runner import run_tests
+from pi_course_kit.learner import practice
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +55,7 @@ def test_practice_prints_the_next_steps(
     assert "next steps:" in done.stdout
     assert f"cd {dest.resolve()}" in done.stdout
     assert "python -m pytest -m lab6_1" in done.stdout
-    assert checkpoint.first_red in done.stdout
+    assert checkpoint.first_red_prefix in done.stdout
     # Made by a python without pytest, so the steps start by installing the kit.
     assert "scripts/bootstrap" in done.stdout
 
@@ -99,7 +101,7 @@ def test_lab_guide_walks_through_every_lab(
     for lab in checkpoint.labs:
         assert f"python -m pytest -m {lab.marker}" in guide
         assert f"pi-course hint {lab.id}" in guide
-    assert checkpoint.first_red in guide
+    assert "Lab 6.1 not implemented: " in guide
     assert "`ToolRegistry.register`，位于 `pi_course/tool.py:" in guide
 
 
@@ -135,7 +137,7 @@ def test_pytest_in_the_folder_fails_first_on_lab_6_1(
     result = run_tests(dest, ["-m", "lab6_1", "-x"], timeout=120, command=None)
     assert result.returncode == 1
     first = result.tests[0]
-    assert first["message"] == checkpoint.first_red
+    assert first["message"] == FIRST_RED_06
     assert first["location"].startswith("pi_course/tool.py:")  # relative: inside this folder
     assert result.next_step is not None and result.next_step["lab"] == "6.1"
     assert "Lab 6.1 not implemented: object_schema" in result.output

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from pi_course_kit.build_labs import strip_solution
-from pi_course_kit.manifest import Checkpoint, Course
-from pi_course_kit.runner import RunResult, run_tests
-from pi_course_kit.staging import stage_tree
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.regions import strip_solution
+from pi_course_kit.core.runner import RunResult, run_tests
+from pi_course_kit.core.staging import stage_tree, test_files
 
 
 def partial_tree(course: Course, checkpoint: Checkpoint, tmp: Path, unfinished: set[str]) -> Path:
@@ -99,10 +99,11 @@ def test_json_records_name_each_test_with_its_lab(starter_run: RunResult, lab: s
 
 
 def test_report_plugin_needs_only_pytest_and_the_standard_library(course: Course) -> None:
-    """Does the plugin that travels with the tests import nothing but pytest, the stdlib and its own module?"""
-    allowed = set(sys.stdlib_module_names) | {"pytest", "pi_course_report"}
-    for name in ("conftest.py", "pi_course_report.py"):
-        tree = ast.parse((course.root / "tests" / "focused" / name).read_text(encoding="utf-8"))
+    """Do the plugin and records that travel with the tests import nothing but pytest, the stdlib and each other?"""
+    allowed = set(sys.stdlib_module_names) | {"pytest", "pi_course_report", "pi_course_records"}
+    travelling = test_files(course, course.checkpoint("06"))
+    for name in ("conftest.py", "pi_course_report.py", "pi_course_records.py"):
+        tree = ast.parse(travelling[name].read_text(encoding="utf-8"))
         imported = {
             alias.name.split(".")[0]
             for node in ast.walk(tree)

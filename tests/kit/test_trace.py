@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from pi_course_kit.manifest import Checkpoint, Course
-from pi_course_kit.staging import stage_tree
-from pi_course_kit.trace import CallTrace, side_by_side, trace_call
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.staging import stage_tree
+from pi_course_kit.teaching.trace import CallTrace, side_by_side, trace_call
 
 # ----------------------------------------------------------------------------- duck-typed stand-ins
 # These mimic pi_course's shapes so that the tracer can be tested in the kit process, which must never
@@ -280,7 +280,7 @@ def test_rendering_has_no_memory_addresses_or_raw_timestamps() -> None:
 def test_importing_the_kit_helpers_never_imports_pi_course(course: Course, checkpoint: Checkpoint) -> None:
     """With a pi_course importable from the cwd, do trace/notebook/adapters/nbrun leave it unimported?"""
     script = (
-        "import sys, pi_course_kit.trace, pi_course_kit.notebook, pi_course_kit.adapters, pi_course_kit.nbrun\n"
+        "import sys, pi_course_kit.teaching.trace, pi_course_kit.notebook.helpers, pi_course_kit.teaching.adapters, pi_course_kit.notebook.nbrun\n"
         "print('pi_course' in sys.modules)"
     )
     done = subprocess.run(
@@ -295,7 +295,7 @@ def test_importing_the_kit_helpers_never_imports_pi_course(course: Course, check
 TRACE_SCRIPT = textwrap.dedent(
     """
     import asyncio, json, sys
-    from pi_course_kit.trace import trace_call
+    from pi_course_kit.teaching.trace import trace_call
     import pi_course as pc
 
     async def echo_run(params, context):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from pi_course_kit import cli
-from pi_course_kit.manifest import Checkpoint, Course
+from pi_course_kit.core.manifest import Checkpoint, Course
 from test_build_labs import copy_repo
 
 
@@ -32,7 +32,7 @@ def test_a_hand_edited_starter_fails_verify(
     out = capsys.readouterr().out
     assert "FAIL 06 starters in sync with solutions" in out
     assert f"{checkpoint.starter}/pi_course/tool.py is stale" in out and "pi-course build-labs" in out
-    assert "ok   06 parent files equal" in out
+    assert "ok   06 given files equal in starter and solution" in out
 
 
 def test_a_solution_that_breaks_a_test_fails_verify(

@@ -1,0 +1,326 @@
+"""Per-lab report for the focused tests: passed/total, a status per lab, and the next step.
+
+Needs pytest and the standard library only, so it works in any folder that has the tests.
+Set PI_COURSE_REPORT_JSON=path to also get one JSON record per line (the kit's tools read it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+from pi_course_records import (
+    LAB_MARKER,
+    TestRecord,
+    lab_of_line,
+    next_step,
+    parse_marker_line,
+    register_markers,
+    render,
+    summarise,
+    summary_line,
+    test_record,
+)
+
+JSON_ENV = "PI_COURSE_REPORT_JSON"
+
+REPEAT_TIMEOUT = 0.5
+
+
+class LearnerTimeout(BaseException):
+    """A test ran past its time limit. A BaseException, so hypothesis does not catch it and replay the loop."""
+
+
+@contextmanager
+def _refusing_os_exit() -> Iterator[None]:
+    """Make os._exit raise instead of killing pytest before the report is written."""
+    real_exit = os._exit
+
+    def refuse_exit(status: int) -> NoReturn:
+        raise RuntimeError(f"learner code called os._exit({status}); a tool must return, not end the process")
+
+    os._exit = refuse_exit
+    try:
+        yield
+    finally:
+        os._exit = real_exit
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def learner_location(excinfo: pytest.ExceptionInfo[BaseException], root: Path) -> str | None:
+    """The deepest traceback line inside the learner's pi_course, as `path:line`."""
+    for entry in reversed(excinfo.traceback):
+        path = Path(str(entry.path))
+        if "pi_course" in path.parts:
+            try:
+                shown = path.relative_to(root)
+            except ValueError:
+                shown = path
+            return f"{shown}:{entry.lineno + 1}"
+    return None
+
+
+def stub_lab(error: BaseException) -> str | None:
+    """The lab of a `LabNotImplemented` (matched by name: this plugin never imports pi_course), else None."""
+    lab = getattr(error, "lab", None)
+    is_stub = any(cls.__name__ == "LabNotImplemented" for cls in type(error).__mro__)
+    return lab if is_stub and isinstance(lab, str) else None
+
+
+class StubFailures:
+    """Reports a test stopped by an unfinished lab's stub in one line instead of a full traceback.
+
+    On a fresh starter dozens of tests stop on the same few `raise LabNotImplemented(...)` lines;
+    one line each (what is missing, and where) reads better and skips seconds of traceback rendering.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> pytest.TestReport | None:
+        """Build the compact report for a stub failure; leave every other outcome to pytest."""
+        when = call.when
+        if when == "collect" or call.excinfo is None or stub_lab(call.excinfo.value) is None:
+            return None
+        where = learner_location(call.excinfo, self.root)
+        text = f"{_first_line(str(call.excinfo.value))}" + (f"  ({where})" if where else "")
+        sections = [(f"Captured {key} {when}", content) for when, key, content in item._report_sections]
+        return pytest.TestReport(
+            item.nodeid,
+            item.location,
+            dict.fromkeys(item.keywords, 1),
+            "failed",
+            text,
+            when,
+            sections,
+            call.duration,
+            call.start,
+            call.stop,
+            item.user_properties,
+        )
+
+
+class ReportPlugin:
+    """Collects one TestRecord per focused test and prints the per-lab table at the end."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.root = Path(str(config.rootpath))
+        self.labs = [lab for line in config.getini("markers") if (lab := parse_marker_line(str(line)))]
+        register_markers(self.labs)
+        self.records: list[TestRecord] = []
+        self.collect_errors: list[dict[str, Any]] = []
+        self.looped_labs: set[str | None] = set()
+        self.json_path = os.environ.get(JSON_ENV)
+        if self.json_path:
+            Path(self.json_path).write_text("", encoding="utf-8")
+
+    # -- recording -------------------------------------------------------------
+
+    def _emit(self, record: dict[str, Any]) -> None:
+        self._emit_line(json.dumps(record, ensure_ascii=False))
+
+    def _emit_line(self, line: str) -> None:
+        if self.json_path:
+            # One line per event, flushed at once: a run killed half-way still leaves its records.
+            with open(self.json_path, "a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """Leave out the optional exercises of earlier checkpoints: a later tree does not re-run them."""
+        skipped = {lab.marker for lab in self.labs if lab.optional and lab.inherited}
+        if not skipped:
+            return
+        keep = [item for item in items if not any(mark.name in skipped for mark in item.iter_markers())]
+        if len(keep) != len(items):
+            config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+            items[:] = keep
+
+    def _lab_of(self, item: pytest.Item) -> str | None:
+        known = {lab.marker: lab.id for lab in self.labs}
+        for mark in item.iter_markers():
+            if mark.name in known:
+                return known[mark.name]
+            if match := LAB_MARKER.match(mark.name):
+                return f"{match['major']}.{match['minor']}"
+        return None
+
+    def _location(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str | None:
+        """The deepest traceback line inside the learner's pi_course, as `path:line`."""
+        return learner_location(excinfo, self.root)
+
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
+        """Arm pytest-timeout's signal timer with a handler that ends the test, naming its lab."""
+        usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+        if getattr(settings, "method", None) != "signal" or not usable:
+            return None  # pytest-timeout's own timer (thread method) takes over
+        lab = self._lab_of(item)
+        limit = float(settings.timeout)
+        if lab in self.looped_labs:
+            # One endless loop in a lab usually stalls all its tests: do not make the learner wait for each.
+            limit = min(limit, REPEAT_TIMEOUT)
+
+        def stop(signum: int, frame: object) -> None:
+            raise LearnerTimeout(f"Timeout (>{limit:g}s): stopped, probably an endless loop in Lab {lab}")
+
+        def cancel() -> None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+        item.cancel_timeout = cancel  # type: ignore[attr-defined]
+        signal.signal(signal.SIGALRM, stop)
+        signal.setitimer(signal.ITIMER_REAL, limit)
+        return True
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        """Turn os._exit() in learner code (setup, call or teardown) into a failure so the report prints."""
+        with _refusing_os_exit():
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
+        """While importing the tests (and so pi_course), refuse os._exit and shorten import errors."""
+        with _refusing_os_exit():
+            try:
+                report: pytest.CollectReport = yield
+            except SystemExit as exit_:
+                # pytest lets SystemExit out of collection and dies with INTERNALERROR; make it a failure.
+                frames = [
+                    f'File "{frame.f_code.co_filename}", line {line}'
+                    for frame, line in traceback.walk_tb(exit_.__traceback__)
+                ]
+                text = "\n".join(
+                    [*frames, f"E   SystemExit: learner code called sys.exit({exit_.code!r}) while importing"]
+                )
+                report = pytest.CollectReport(collector.nodeid, "failed", text, [])
+        if report.failed:
+            entry = self._describe_collect_error(report)
+            report._pi_entry = entry  # type: ignore[attr-defined]
+            if entry["location"]:
+                # pytest would show importlib's frames; the learner needs the line and the lab only.
+                lab = f" (Lab {entry['lab']})" if entry["lab"] else ""
+                report.longrepr = f"{entry['location']}{lab}: {entry['message']}\n{entry['excerpt']}".rstrip()
+        return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        """Record the phase that decides the test's outcome."""
+        report: pytest.TestReport = yield
+        decisive = report.when == "call" or report.outcome != "passed"
+        if decisive and not getattr(item, "_pi_recorded", False):
+            item._pi_recorded = True  # type: ignore[attr-defined]
+            record = TestRecord(report.nodeid, self._lab_of(item), report.outcome)
+            if report.skipped:
+                longrepr = report.longrepr
+                record.skip_reason = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
+                record.skip_reason = record.skip_reason.removeprefix("Skipped: ")
+            elif call.excinfo is not None:
+                error = call.excinfo.value
+                record.exc_type = type(error).__name__
+                if isinstance(error, LearnerTimeout):
+                    self.looped_labs.add(record.lab)
+                record.exc_lab = stub_lab(error)
+                record.message = _first_line(str(error)) or record.exc_type
+                if isinstance(error, SystemExit):
+                    record.message = (
+                        f"learner code called sys.exit({error.code!r}); a tool must return or raise, "
+                        "not end the process"
+                    )
+                if record.exc_type == "Failed" and "Timeout" in record.message:
+                    record.message = (
+                        f"{record.message}: stopped, probably an endless loop in Lab {record.lab}"
+                    )
+                record.location = self._location(call.excinfo)
+            self.records.append(record)
+            self._emit_line(test_record(record))
+        return report
+
+    def _describe_collect_error(self, report: pytest.CollectReport) -> dict[str, Any]:
+        """Where an import of the tests failed: pi_course file:line, its lab, the error in one line."""
+        text = str(report.longrepr)
+        location, lab, excerpt = None, None, ""
+        matches = re.findall(r'File "([^"]*\bpi_course[/\\][^"]*)", line (\d+)', text) or re.findall(
+            r"(\S*\bpi_course[/\\]\S*\.py):(\d+)", text
+        )
+        if matches:
+            raw, number = matches[-1]  # the innermost frame: where the learner's code broke
+            path, line = Path(raw), int(number)
+            full = path if path.is_absolute() else self.root / path
+            try:
+                shown = full.resolve().relative_to(self.root.resolve())
+            except ValueError:
+                shown = full
+            location = f"{shown.as_posix()}:{line}"
+            lab = lab_of_line(full, line)
+            try:
+                excerpt = "    " + full.read_text(encoding="utf-8").splitlines()[line - 1].strip()
+            except (OSError, UnicodeDecodeError, IndexError):
+                excerpt = ""
+        error_lines = [
+            line for line in text.splitlines() if re.match(r"^E\s+\w*(Error|Exception|Exit)", line)
+        ]
+        message = error_lines[-1].lstrip("E").strip() if error_lines else _first_line(text)
+        return {
+            "event": "collect_error",
+            "nodeid": report.nodeid,
+            "message": message,
+            "location": location,
+            "lab": lab,
+            "excerpt": excerpt,
+        }
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Report a test module that cannot even be imported (a syntax error, say) in one line."""
+        if not report.failed:
+            return
+        entry = getattr(report, "_pi_entry", None) or self._describe_collect_error(report)
+        entry = {key: value for key, value in entry.items() if key != "excerpt"}
+        self.collect_errors.append(entry)
+        self._emit(entry)
+
+    # -- reporting -------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Any:
+        """Print the per-lab table and the next step after pytest's own summary."""
+        # Outermost wrapper: the table comes after pytest's list of failed tests, where the learner looks.
+        result = yield
+        self._summary(terminalreporter)
+        return result
+
+    def _summary(self, terminalreporter: Any) -> None:
+        write = terminalreporter.write_line
+        terminalreporter.section("pi-course labs")
+        for error in self.collect_errors:
+            where = error["location"] or error["nodeid"]
+            lab = f" (in Lab {error['lab']})" if error["lab"] else ""
+            write(f"cannot import the tests: {where}{lab}: {error['message']}")
+            write("  fix that line first; no lab can run until the package imports")
+        if self.collect_errors and not self.records:
+            self._emit(
+                {"event": "summary", "labs": [], "next": None, "collect_errors": len(self.collect_errors)}
+            )
+            return
+        rows = [row for row in summarise(self.labs, self.records) if row.total]
+        step = next_step(rows)
+        for line in render(rows, step):
+            write(line)
+        self._emit_line(summary_line(rows, step, len(self.collect_errors)))

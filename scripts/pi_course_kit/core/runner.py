@@ -1,0 +1,94 @@
+"""Run the focused tests of a staged tree in its own interpreter and read back the per-lab report."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pi_course_kit.core.records import read_records
+
+JSON_ENV = "PI_COURSE_REPORT_JSON"
+
+
+@dataclass
+class RunResult:
+    """What one pytest run in a tree produced: exit code, per-test records, the lab summary."""
+
+    returncode: int
+    output: str
+    tests: list[dict[str, Any]] = field(default_factory=list)
+    labs: list[dict[str, Any]] = field(default_factory=list)
+    next_step: dict[str, Any] | None = None
+    collect_errors: list[dict[str, Any]] = field(default_factory=list)
+    timed_out: bool = False
+    finished: bool = False
+
+    @property
+    def crashed(self) -> bool:
+        """True when the run ended without the report's closing summary (killed, os._exit, timeout)."""
+        return self.timed_out or not self.finished
+
+    def lab(self, lab_id: str) -> dict[str, Any] | None:
+        """The summary row of one lab, if the run reached it."""
+        return next((row for row in self.labs if row["id"] == lab_id), None)
+
+
+def pytest_command(args: Sequence[str] = ()) -> list[str]:
+    """The interpreter command that runs pytest for a tree."""
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+
+
+def run_tests(
+    tree: Path,
+    args: Sequence[str] = (),
+    *,
+    timeout: float = 300.0,
+    env: Mapping[str, str] | None = None,
+    command: Sequence[str] | None = None,
+) -> RunResult:
+    """Run pytest in `tree` as a subprocess; never shares this interpreter's sys.modules."""
+    with tempfile.TemporaryDirectory(prefix="pi-course-report-") as tmp:
+        report = Path(tmp) / "report.jsonl"
+        run_env = dict(os.environ if env is None else env)
+        run_env[JSON_ENV] = str(report)
+        run_env.pop("PYTHONPATH", None)
+        run_env["PYTHONDONTWRITEBYTECODE"] = "1"
+        timed_out = False
+        try:
+            done = subprocess.run(
+                list(command) if command is not None else pytest_command(args),
+                cwd=tree,
+                env=run_env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+            )
+            returncode, output = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired as expired:
+            timed_out, returncode = True, -9
+            output = _text(expired.stdout) + _text(expired.stderr)
+        lines = report.read_text(encoding="utf-8").splitlines() if report.exists() else []
+    tests, summary, errors = read_records(lines)
+    return RunResult(
+        returncode=returncode,
+        output=output,
+        tests=tests,
+        labs=list(summary["labs"]) if summary else [],
+        next_step=summary["next"] if summary else None,
+        collect_errors=errors,
+        timed_out=timed_out,
+        finished=summary is not None,
+    )
+
+
+def _text(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode("utf-8", "replace")

@@ -1,0 +1,1 @@
+"""The instructor's commands: build-labs, diff, diagnose, verify and grade."""

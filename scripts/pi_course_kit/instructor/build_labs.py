@@ -1,0 +1,93 @@
+"""`pi-course build-labs [CHECKPOINT] [--check]`: regenerate the starters in labs/ from solutions/."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+
+from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.regions import LabMarkerError, strip_solution
+from pi_course_kit.instructor.options import add_manifest_option, checkpoints, load_course
+
+
+def expected_starter(course: Course, checkpoint: Checkpoint) -> dict[str, bytes]:
+    """Every file the starter's pi_course must hold, relative to the starter folder."""
+    solution = course.root / checkpoint.solution
+    files: dict[str, bytes] = {}
+    for relative in checkpoint.given_files:
+        files[relative] = (solution / relative).read_bytes()
+    for relative in checkpoint.teaching_files:
+        source = (solution / relative).read_text(encoding="utf-8")
+        files[relative] = strip_solution(source, str(solution / relative)).encode("utf-8")
+    return files
+
+
+def stale_files(course: Course, checkpoint: Checkpoint) -> list[str]:
+    """Starter files that differ from what build-labs would write (missing, changed or extra)."""
+    starter = course.root / checkpoint.starter
+    expected = expected_starter(course, checkpoint)
+    stale = [
+        rel
+        for rel, data in expected.items()
+        if not (starter / rel).is_file() or (starter / rel).read_bytes() != data
+    ]
+    package = starter / course.package
+    if package.is_dir():
+        for path in sorted(package.rglob("*.py")):
+            rel = path.relative_to(starter).as_posix()
+            if rel not in expected:
+                stale.append(rel)
+    return stale
+
+
+def build(course: Course, checkpoint: Checkpoint) -> list[str]:
+    """Rewrite the starter of one checkpoint; return the files that changed."""
+    starter = course.root / checkpoint.starter
+    changed = stale_files(course, checkpoint)
+    package = starter / course.package
+    if package.is_dir():
+        for path in package.rglob("*.py"):
+            if path.relative_to(starter).as_posix() not in expected_starter(course, checkpoint):
+                path.unlink()
+        shutil.rmtree(package / "__pycache__", ignore_errors=True)
+    for relative, data in expected_starter(course, checkpoint).items():
+        target = starter / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return changed
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the optional checkpoint, `--check` and the manifest option."""
+    parser.add_argument("checkpoint", nargs="?", help="only this checkpoint (default: every checkpoint)")
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 listing the starter files that are stale"
+    )
+    add_manifest_option(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Rewrite stale starters (or, with --check, only list them)."""
+    course = load_course(args)
+    stale: list[str] = []
+    try:
+        for checkpoint in checkpoints(course, args.checkpoint):
+            if args.check:
+                stale += [f"{checkpoint.starter}/{rel}" for rel in stale_files(course, checkpoint)]
+            else:
+                changed = build(course, checkpoint)
+                for rel in changed:
+                    print(f"wrote {checkpoint.starter}/{rel}")
+                print(f"{checkpoint.starter}: {len(changed)} file(s) regenerated from {checkpoint.solution}")
+    except LabMarkerError as error:
+        raise KitError(f"{error}; nothing was written for that checkpoint") from None
+    if not args.check:
+        return 0
+    if stale:
+        print(f"{len(stale)} starter file(s) are stale; run `pi-course build-labs` to regenerate them:")
+        for path in stale:
+            print(f"  {path}")
+        return 1
+    print("every starter is in sync with its solution")
+    return 0

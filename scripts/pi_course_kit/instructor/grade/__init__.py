@@ -1,0 +1,1 @@
+"""Grading: sandboxed copies of learner folders, scored with the kit's pristine tests."""

@@ -1,0 +1,163 @@
+"""Named mutations of a solution: apply one to a staged copy and see which focused tests catch it."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pi_course_kit.core.manifest import Checkpoint, Course, Mutation
+from pi_course_kit.core.runner import RunResult, run_tests
+from pi_course_kit.core.staging import stage_tree
+
+LAB_SECTION = re.compile(r"^# ## Lab (?P<lab>\S+)")
+
+
+class MutationError(ValueError):
+    """A mutation cannot be applied as written; the message says which and why."""
+
+
+def _solution_file(course: Course, checkpoint: Checkpoint, mutation: Mutation) -> Path:
+    return course.root / checkpoint.solution / mutation.file
+
+
+def mutate_source(source: str, mutation: Mutation) -> str:
+    """Replace the mutation's `find` text, which must occur exactly once, by its `replace` text."""
+    count = source.count(mutation.find)
+    if count != 1:
+        where = "does not occur" if count == 0 else f"occurs {count} times"
+        raise MutationError(
+            f"mutation {mutation.name!r}: its find text {where} in {mutation.file}; "
+            "it must match exactly once, so edit find in course.toml"
+        )
+    return source.replace(mutation.find, mutation.replace)
+
+
+def mutation_problems(course: Course, checkpoint: Checkpoint) -> list[str]:
+    """Static checks of the manifest's mutations: unique names, existing files, `find` matching once."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    for mutation in checkpoint.mutations:
+        if mutation.name in seen:
+            problems.append(f"mutation {mutation.name!r} is listed twice in checkpoint {checkpoint.id}")
+        seen.add(mutation.name)
+        path = _solution_file(course, checkpoint, mutation)
+        if not path.is_file():
+            problems.append(
+                f"mutation {mutation.name!r}: {checkpoint.solution}/{mutation.file} does not exist"
+            )
+            continue
+        if mutation.find == mutation.replace:
+            problems.append(f"mutation {mutation.name!r}: replace equals find, so it changes nothing")
+        try:
+            mutate_source(path.read_text(encoding="utf-8"), mutation)
+        except MutationError as error:
+            problems.append(str(error))
+    return problems
+
+
+def mutation_lab(course: Course, checkpoint: Checkpoint, mutation: Mutation) -> str | None:
+    """The lab whose `# ## Lab X` section holds the mutated text, if the file has sections."""
+    path = _solution_file(course, checkpoint, mutation)
+    try:
+        source = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    offset = source.find(mutation.find)
+    if offset < 0:
+        return None
+    for line in reversed(source[:offset].splitlines()):
+        if match := LAB_SECTION.match(line):
+            return match["lab"]
+    return None
+
+
+def mutation_diff(course: Course, checkpoint: Checkpoint, mutation: Mutation, context: int = 2) -> list[str]:
+    """The mutation as a short unified diff of the solution file."""
+    path = _solution_file(course, checkpoint, mutation)
+    before = path.read_text(encoding="utf-8")
+    after = mutate_source(before, mutation)
+    name = f"{checkpoint.solution}/{mutation.file}"
+    return [
+        line.rstrip("\n")
+        for line in difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            f"{name} (solution)",
+            f"{name} ({mutation.name})",
+            n=context,
+        )
+    ]
+
+
+@dataclass
+class MutationRun:
+    """The focused tests' verdict on one mutation."""
+
+    mutation: Mutation
+    result: RunResult
+    catches: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def caught(self) -> bool:
+        """At least one focused test failed (a crash or a collection error also counts as caught)."""
+        return bool(self.catches) or bool(self.result.collect_errors) or self.result.crashed
+
+    @property
+    def first_message(self) -> str:
+        """The first failing assertion's first line, or what stopped the run."""
+        if self.catches:
+            return str(self.catches[0]["message"])
+        if self.result.collect_errors:
+            return str(self.result.collect_errors[0]["message"])
+        return "the run ended without a report" if self.result.crashed else ""
+
+    def expect_problem(self) -> str | None:
+        """Why the first failing assertion does not show the manifest's `expect` text, if it does not."""
+        expect = self.mutation.expect
+        if not expect or not self.caught:
+            return None
+        if expect in self.first_message:
+            return None
+        return (
+            f"mutation {self.mutation.name!r}: the first failing assertion is {self.first_message!r}, "
+            f"which does not contain the expected {expect!r}; update expect in course.toml or the tests"
+        )
+
+
+def run_mutation(
+    course: Course,
+    checkpoint: Checkpoint,
+    mutation: Mutation,
+    *,
+    timeout: float = 300.0,
+    stop_first: bool = False,
+) -> MutationRun:
+    """Stage the solution in a temporary folder, apply the mutation there and run the focused tests.
+
+    With `stop_first` the run ends at the first failure (enough to know it is caught, and quicker).
+    """
+    with tempfile.TemporaryDirectory(prefix=f"pi-course-mutation-{mutation.name}-") as tmp:
+        tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, Path(tmp) / "tree")
+        target = tree / mutation.file
+        if not target.is_file():
+            raise MutationError(f"mutation {mutation.name!r}: {mutation.file} is not in the staged tree")
+        target.write_text(mutate_source(target.read_text(encoding="utf-8"), mutation), encoding="utf-8")
+        # The plugin's records carry each failure's message; pytest's own tracebacks would only cost time.
+        result = run_tests(tree, ("--tb=no", "-x") if stop_first else ("--tb=no",), timeout=timeout)
+    catches = [test for test in result.tests if test["outcome"] == "failed"]
+    return MutationRun(mutation, result, catches)
+
+
+def survived_problem(run: MutationRun, checkpoint: Checkpoint) -> str | None:
+    """The verify message for a mutation that no focused test catches, if it survived."""
+    if run.caught:
+        return None
+    files = ", ".join(checkpoint.focused_tests)
+    return (
+        f"mutation {run.mutation.name!r} ({run.mutation.description}) is caught by no focused test "
+        f"({len(run.result.tests)} ran); add a test to {files} that fails on it"
+    )

@@ -1,0 +1,1 @@
+"""The learner's commands: practice, checkpoint, check/watch, hint, reset, status."""

@@ -1,0 +1,245 @@
+"""`pi-course check [--lab 6.1] [--watch]`: run the focused tests here and show per-lab progress."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.folder import PracticeFolder, open_folder
+from pi_course_kit.core.runner import RunResult, run_tests
+
+STATUS_STYLE = {"done": "green", "failing": "red", "not started": "yellow", "blocked": "magenta"}
+# Beyond the per-test timeout (pytest-timeout, in pytest.ini), a whole run that still does not end
+# (learner code that swallows even the timeout) is killed from outside after this long.
+RUN_TIMEOUT = 120.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare --lab, --watch, --poll and --timeout."""
+    parser.add_argument("--lab", help="run only this lab's tests, e.g. 6.1")
+    parser.add_argument("--watch", action="store_true", help="re-run whenever a file is saved (Ctrl-C stops)")
+    parser.add_argument(
+        "--poll", action="store_true", help="with --watch: poll for changes (for file systems without events)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="per-test time limit (default: pytest.ini's timeout)"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="also print pytest's own output")
+
+
+def lab_marker(folder: PracticeFolder, lab_id: str) -> str:
+    """The pytest marker of a lab of this folder's checkpoint, or a KitError listing the labs."""
+    labs = folder.meta.get("labs", [])
+    for lab in labs:
+        if lab["id"] == lab_id or lab["marker"] == lab_id:
+            return str(lab["marker"])
+    known = ", ".join(str(lab["id"]) for lab in labs)
+    raise KitError(f"unknown lab {lab_id!r} in checkpoint {folder.checkpoint_id}; known labs: {known}")
+
+
+def pytest_args(folder: PracticeFolder, lab: str | None, timeout: float | None) -> list[str]:
+    """The pytest arguments for one check run."""
+    args = []
+    if lab:
+        args += ["-m", lab_marker(folder, lab)]
+    if timeout is not None:
+        if timeout <= 0:
+            raise KitError(f"--timeout must be a positive number of seconds, got {timeout}")
+        args += ["--timeout", f"{timeout:g}"]
+    return args
+
+
+def short(folder: PracticeFolder, location: str | None) -> str | None:
+    """A `path:line` location relative to the folder root, as the learner would open it."""
+    if not location:
+        return None
+    path, sep, line = location.rpartition(":")
+    if not sep or not line.isdigit():
+        return location
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        candidate = folder.root / candidate
+    return f"{folder.relative(candidate)}:{line}"
+
+
+def first_message(result: RunResult, lab: str) -> str | None:
+    """The message of the first non-passing test of a lab."""
+    for record in result.tests:
+        if record.get("lab") == lab and record.get("outcome") == "failed":
+            return str(record.get("message") or record.get("exc_type") or "")
+    return None
+
+
+def explain(folder: PracticeFolder, result: RunResult, elapsed: float) -> tuple[list[str], list[str]]:
+    """Lines before and after the per-lab table: problems first, then the next step."""
+    before: list[str] = []
+    after: list[str] = []
+    for error in result.collect_errors:
+        where = short(folder, error.get("location")) or error.get("nodeid") or "tests"
+        lab = f" (in Lab {error['lab']})" if error.get("lab") else ""
+        before.append(f"cannot import your code: {where}{lab}: {error.get('message')}")
+        before.append("  fix that line first; no lab can run until the package imports")
+    if result.timed_out:
+        before.append(
+            f"the test run did not finish within {RUN_TIMEOUT:g} s and was stopped: probably an endless loop "
+            "that also swallows the per-test timeout (a bare `except:`?)"
+        )
+    elif not result.finished:
+        before.append(
+            f"the test run ended without its report (exit code {result.returncode}): something ended the "
+            "process, e.g. os._exit() or a crash while importing pi_course"
+        )
+        before += ["  " + line for line in result.output.strip().splitlines()[-12:]]
+    if not result.crashed and not result.tests and not result.collect_errors:
+        after.append("no tests ran; check the --lab you asked for")
+        return before, after
+    step = result.next_step
+    if step is None:
+        if result.tests and not result.crashed:
+            after.append(
+                "next: every lab here is done. Try the optional exercise or move on to the next checkpoint."
+            )
+        return before, after
+    message = first_message(result, step["lab"])
+    optional = any(row["id"] == step["lab"] and row.get("optional") for row in result.labs)
+    if optional:
+        after.append("every required lab here is done.")
+    label = "optional next" if optional else "next"
+    after.append(f"{label}: Lab {step['lab']} ({step['status']}): {step['what']}")
+    if message and message != step["what"]:
+        after.append(f"  red:  {message}")
+    if location := short(folder, step.get("location")):
+        after.append(f"  edit: {location}")
+    after.append(
+        f"  run:  {step['command'].replace(chr(34), '')}   (or: pi-course check --lab {step['lab']})"
+    )
+    after.append(f"  stuck? pi-course hint {step['lab']}")
+    return before, after
+
+
+def render(folder: PracticeFolder, result: RunResult, elapsed: float, title: str) -> None:
+    """Print the table and the next step: with rich on a terminal, plain text otherwise."""
+    before, after = explain(folder, result, elapsed)
+    rows = result.labs
+    if sys.stdout.isatty():
+        try:
+            _render_rich(title, before, rows, after)
+            return
+        except ImportError:
+            pass
+    print(title)
+    for line in before:
+        print(line)
+    if rows:
+        width = max(len(str(row["id"])) for row in [*rows, {"id": "lab"}])
+        status_width = max(len(_status(row)) for row in rows)
+        print(f"{'lab':<{width}}  {'tests':>7}  {'status':<{status_width}}  title")
+        for row in rows:
+            print(f"{row['id']:<{width}}  {_count(row):>7}  {_status(row):<{status_width}}  {row['title']}")
+    for line in after:
+        print(line)
+
+
+def _count(row: dict[str, Any]) -> str:
+    return f"{row['passed']}/{row['total']}"
+
+
+def _status(row: dict[str, Any]) -> str:
+    status = str(row["status"])
+    if row.get("blocked_by"):
+        status += f" by {row['blocked_by']}"
+    if row.get("optional") and row["status"] != "done":
+        status += " (optional)"
+    return status
+
+
+def _render_rich(title: str, before: list[str], rows: list[dict[str, Any]], after: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    console.print(Text(title, style="bold"))
+    for line in before:
+        console.print(Text(line, style="red"))
+    if rows:
+        table = Table(show_edge=False, pad_edge=False)
+        for name, justify in (("lab", "left"), ("tests", "right"), ("status", "left"), ("title", "left")):
+            table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        for row in rows:
+            style = STATUS_STYLE.get(str(row["status"]), "")
+            table.add_row(str(row["id"]), _count(row), Text(_status(row), style=style), str(row["title"]))
+        console.print(table)
+    for line in after:
+        console.print(Text(line, style="bold cyan" if line.startswith("next") else ""))
+
+
+def run_once(folder: PracticeFolder, args: list[str], verbose: bool, header: str = "") -> RunResult:
+    """Run the tests once, print the report and remember the next lab in meta.json."""
+    started = time.monotonic()
+    result = run_tests(folder.root, args, timeout=RUN_TIMEOUT)
+    elapsed = time.monotonic() - started
+    if verbose:
+        print(result.output)
+    title = f"pi-course check · checkpoint {folder.checkpoint_id} · {folder.root} ({elapsed:.1f} s){header}"
+    render(folder, result, elapsed, title)
+    if result.next_step is not None:
+        folder.meta["last_next_lab"] = result.next_step["lab"]
+        with contextlib.suppress(OSError):  # a read-only folder can still be checked
+            folder.save()
+    return result
+
+
+def passed(result: RunResult) -> bool:
+    """Did every selected required lab pass, with nothing broken?"""
+    if result.crashed or result.collect_errors or not result.tests:
+        return False
+    return all(row["status"] == "done" for row in result.labs if not row.get("optional"))
+
+
+def _stop_on_term(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def watch_loop(folder: PracticeFolder, args: list[str], verbose: bool, poll: bool) -> int:
+    """Run, then re-run on every save until Ctrl-C (or SIGTERM)."""
+    from pi_course_kit.learner.watch import changes, needs_polling
+
+    signal.signal(signal.SIGTERM, _stop_on_term)
+    polling = needs_polling(folder.root, forced=poll)
+    mode = "polling" if polling else "file events"
+    interactive = sys.stdout.isatty()
+    runs = 0
+    try:
+        changed: set[str] = set()
+        stream = changes(folder.root, polling)
+        while True:
+            runs += 1
+            if interactive:
+                print("\033[2J\033[H", end="")
+            stamp = datetime.datetime.now().strftime("%H:%M:%S")
+            names = ", ".join(sorted(folder.relative(Path(p)) for p in changed))
+            print(f"── run {runs} · {stamp}" + (f" · changed: {names}" if names else ""), flush=True)
+            run_once(folder, args, verbose)
+            print(f"watching {folder.root} for saves ({mode}); Ctrl-C to stop", flush=True)
+            changed = next(stream)
+    except KeyboardInterrupt:
+        print("stopped watching", flush=True)
+        return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the checks once or in watch mode."""
+    folder = open_folder()
+    test_args = pytest_args(folder, args.lab, args.timeout)
+    if args.watch:
+        return watch_loop(folder, test_args, args.verbose, args.poll)
+    return 0 if passed(run_once(folder, test_args, args.verbose)) else 1

@@ -1,0 +1,119 @@
+"""`pi-course checkpoint [ID [DIR]]`: a checkpoint's card, plus runnable parent/ and target/ copies."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+
+from pi_course_kit.core import manifest
+from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.staging import stage_tree, write_atomically
+from pi_course_kit.learner import practice
+
+DEFAULT_BASE = ".checkpoints"
+MARK = ".pi-course-checkpoint"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the checkpoint, the destination and --replace."""
+    parser.add_argument("checkpoint", nargs="?", help="checkpoint id or slug, e.g. 06 (none: list them)")
+    parser.add_argument(
+        "dir", nargs="?", type=Path, help="where to put parent/ and target/ (default: .checkpoints/SLUG)"
+    )
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace DIR if an earlier `checkpoint` run made it (nothing else)",
+    )
+
+
+def listing(course: Course) -> list[str]:
+    """One line per checkpoint."""
+    lines = [f"{course.title}: {len(course.checkpoints)} checkpoint(s)"]
+    for cp in course.checkpoints:
+        required = len(cp.required_labs)
+        extra = len(cp.labs) - required
+        labs = f"{required} labs" + (f" + {extra} optional" if extra else "")
+        lines.append(f"  {cp.id}  {cp.slug:<20} {labs:<22} {cp.title}")
+    lines.append("show one: scripts/checkpoint 06   (or: pi-course checkpoint 06)")
+    return lines
+
+
+def card(course: Course, cp: Checkpoint, dest: Path) -> list[str]:
+    """The checkpoint's card: trees, files, tests per lab, first red and the commands to run."""
+    counts = practice.lab_test_counts(course, cp)
+    notebook = cp.notebook + ("" if practice.notebook_path(course, cp) else "  (not written yet)")
+    lines = [
+        f"checkpoint {cp.id} · {cp.slug}",
+        f"  {cp.title}",
+        f"parent (starter):  {cp.starter}",
+        f"target (solution): {cp.solution}",
+        f"teaching files:    {', '.join(cp.teaching_files)}",
+        f"given files:       {', '.join(cp.given_files) or '-'}",
+        f"solution only:     {', '.join(cp.solution_only) or '-'}",
+        f"notebook:          {notebook}",
+        f"focused tests:     {', '.join(cp.focused_tests)}",
+    ]
+    width = max(len(lab.id) for lab in cp.labs)
+    lines.append(f"  {'lab':<{width}}  {'marker':<10} {'tests':>5}  title")
+    for lab in cp.labs:
+        flag = " (optional)" if lab.optional else ""
+        lines.append(f"  {lab.id:<{width}}  {lab.marker:<10} {counts[lab.id]:>5}  {lab.title}{flag}")
+    lines.append(
+        f"  ({sum(counts.values())} test functions, counted per marker; parametrized cases count once)"
+    )
+    first = cp.labs[0]
+    lines += [
+        f"first red:         {cp.first_red_prefix} …",
+        "commands:",
+        f"  cd {dest / 'parent'} && python -m pytest -m {first.marker} -x   # red: {cp.first_red_prefix} …",
+        f"  cd {dest / 'target'} && python -m pytest                      # green: every focused test passes",
+        f"  pi-course practice {cp.id} ~/pi-practice                          # your own practice folder",
+    ]
+    return lines
+
+
+def fill(course: Course, cp: Checkpoint, root: Path) -> None:
+    """Stage the parent (starter) and target (solution) trees side by side."""
+    stage_tree(course, cp, course.root / cp.starter, root / "parent")
+    stage_tree(course, cp, course.root / cp.solution, root / "target")
+    (root / MARK).write_text(f"{cp.id}\n", encoding="utf-8")
+
+
+def materialise(course: Course, cp: Checkpoint, dest: Path, replace: bool) -> Path:
+    """Write DIR/parent and DIR/target atomically; with `replace`, swap out only a folder we made."""
+    dest = dest.expanduser().resolve()
+    if replace and dest.is_dir() and any(dest.iterdir()):
+        if not (dest / MARK).is_file():
+            raise KitError(
+                f"{dest} was not made by `pi-course checkpoint`; --replace only replaces such folders"
+            )
+        # The labs/ and solutions/ refusals hold for a replacement too.
+        practice.check_destination(course, dest.parent / f"{dest.name}.new-check")
+        fresh = write_atomically(dest.parent / f".{dest.name}.new", lambda tmp: fill(course, cp, tmp))
+        old = dest.parent / f".{dest.name}.old"
+        os.replace(dest, old)
+        os.replace(fresh, dest)
+        shutil.rmtree(old, ignore_errors=True)
+        return dest
+    dest = practice.check_destination(course, dest)
+    return write_atomically(dest, lambda tmp: fill(course, cp, tmp))
+
+
+def run(args: argparse.Namespace) -> int:
+    """List the checkpoints, or print one card and materialise its copies."""
+    course = manifest.load()
+    if args.checkpoint is None:
+        print("\n".join(listing(course)))
+        return 0
+    cp = course.checkpoint(args.checkpoint)
+    dest = args.dir if args.dir is not None else course.root / DEFAULT_BASE / cp.slug
+    if (dest / MARK).is_file() and not args.replace:
+        raise KitError(f"{dest} already holds this checkpoint's copies; add --replace to refresh them")
+    made = materialise(course, cp, dest, args.replace)
+    print("\n".join(card(course, cp, made)))
+    print(f"materialised: {made / 'parent'} (red) and {made / 'target'} (green)")
+    return 0

@@ -1,0 +1,203 @@
+"""`pi-course reset LAB`: put a lab's stubs back in the teaching files, after backing up your version."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime
+import io
+import os
+import tempfile
+import tokenize
+from pathlib import Path
+
+from pi_course_kit.core import manifest
+from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.folder import BACKUP_DIR, META_DIR, PracticeFolder, open_folder
+from pi_course_kit.core.regions import find_stubs, functions
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the lab (or --all)."""
+    parser.add_argument("lab", nargs="?", help="lab id whose stubs to restore, e.g. 6.2")
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="restore every teaching file to the starter (even one that does not parse)",
+    )
+
+
+def _header_ends(source: str) -> list[int]:
+    """Line numbers where a logical line ends (the NEWLINE tokens)."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return [token.start[0] for token in tokens if token.type == tokenize.NEWLINE]
+
+
+def _span(node: FunctionNode, ends: list[int], lines: list[str]) -> tuple[int, int, bool]:
+    """(first, last, whole): the lines of a function's body; `whole` when it shares the def line."""
+    header_end = next(line for line in ends if line >= node.lineno)
+    last = node.end_lineno or node.lineno
+    # Comments right after the last statement, indented into the body, belong to it.
+    while last < len(lines):
+        text = lines[last]
+        indent = len(text) - len(text.lstrip())
+        if not (text.lstrip().startswith("#") and indent > node.col_offset):
+            break
+        last += 1
+    if node.body[0].lineno <= header_end:
+        return node.lineno, last, True
+    return header_end + 1, last, False
+
+
+LAB_IMPORT = "from .lab import LabNotImplemented\n"
+
+
+def _imports_lab_error(tree: ast.Module) -> bool:
+    return any(
+        isinstance(node, ast.ImportFrom) and any(alias.name == "LabNotImplemented" for alias in node.names)
+        for node in tree.body
+    )
+
+
+def _after_imports(tree: ast.Module, lines: list[str]) -> int:
+    """Where the stubs' import goes (0-based): sorted among the local imports, else after the last import."""
+    imports = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
+    for node in imports:
+        if isinstance(node, ast.ImportFrom) and node.level and lines[node.lineno - 1] > LAB_IMPORT:
+            return node.lineno - 1
+    return (imports[-1].end_lineno or imports[-1].lineno) if imports else 0
+
+
+def _reindent(lines: list[str], old: int, new: int) -> list[str]:
+    if old == new:
+        return lines
+    return [
+        " " * new + line[old:] if line[:old].strip() == "" and len(line) > old else line for line in lines
+    ]
+
+
+def restore_labs(learner: str, starter: str, labs: set[str], filename: str) -> tuple[str, list[str]]:
+    """Replace the bodies of the given labs' functions in `learner` with the starter's; keep the rest."""
+    try:
+        learner_tree = ast.parse(learner, filename)
+    except SyntaxError as error:
+        raise KitError(
+            f"{filename}:{error.lineno}: does not parse ({error.msg}); fix that line, "
+            "or restore the whole file with `pi-course reset --all` (your version is backed up)"
+        ) from None
+    stubs = [stub for stub in find_stubs(starter, filename) if stub.lab in labs]
+    ours, theirs = functions(learner_tree), functions(ast.parse(starter, filename))
+    missing = [stub.qualname for stub in stubs if stub.qualname not in ours]
+    if missing:
+        raise KitError(
+            f"{filename}: has no {', '.join(missing)} any more; restore the whole file with `pi-course reset --all`"
+        )
+    learner_lines = learner.splitlines(keepends=True)
+    starter_lines = starter.splitlines(keepends=True)
+    learner_ends, starter_ends = _header_ends(learner), _header_ends(starter)
+    edits = []
+    for stub in stubs:
+        mine, given = ours[stub.qualname], theirs[stub.qualname]
+        first, last, whole = _span(mine, learner_ends, learner_lines)
+        s_first, s_last, _ = _span(given, starter_ends, starter_lines)
+        if whole:  # a one-line def: take the starter's def line along with its body
+            s_first = given.lineno
+        body = _reindent(starter_lines[s_first - 1 : s_last], given.col_offset, mine.col_offset)
+        edits.append((first, last, body))
+    for first, last, body in sorted(edits, reverse=True):
+        learner_lines[first - 1 : last] = body
+    if stubs and not _imports_lab_error(learner_tree):
+        learner_lines.insert(_after_imports(learner_tree, learner_lines), LAB_IMPORT)
+    result = "".join(learner_lines)
+    ast.parse(result, filename)  # never write a file that the reset itself broke
+    return result, [stub.qualname for stub in stubs]
+
+
+def backup(folder: PracticeFolder, files: list[str], label: str) -> Path:
+    """Copy the learner's current files into a new timestamped folder under .pi-course/backups."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = folder.root / META_DIR / BACKUP_DIR
+    target = base / f"{stamp}-{label}"
+    counter = 1
+    while target.exists():
+        counter += 1
+        target = base / f"{stamp}-{label}-{counter}"
+    for relative in files:
+        source = folder.root / relative
+        if source.is_file():
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            (target / relative).write_bytes(source.read_bytes())
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Replace a file's content in one rename, keeping its permission bits."""
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
+            stream.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def starter_text(folder: PracticeFolder, relative: str, starter_tree: Path) -> str:
+    """The starter version of a teaching file: the folder's pristine copy, else the kit's labs/."""
+    for base in (folder.starter_dir, starter_tree):
+        if (base / relative).is_file():
+            return (base / relative).read_text(encoding="utf-8")
+    raise KitError(f"no starter copy of {relative} found; make a fresh folder with `pi-course practice`")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Back up, then restore the lab's stubs (or every teaching file with --all)."""
+    if not args.lab and not args.all:
+        raise KitError(
+            "name the lab to reset (e.g. `pi-course reset 6.2`), or use --all for every teaching file"
+        )
+    folder = open_folder()
+    course = manifest.load()
+    checkpoint = course.checkpoint(folder.checkpoint_id)
+    starter_tree = course.root / checkpoint.starter
+    files = list(checkpoint.teaching_files)
+    new_text: dict[str, str] = {}
+    restored: list[str] = []
+    if args.all:
+        new_text = {relative: starter_text(folder, relative, starter_tree) for relative in files}
+        label = "all"
+    else:
+        lab = checkpoint.lab(args.lab)
+        label = f"lab{lab.id}"
+        for relative in files:
+            path = folder.root / relative
+            if not path.is_file():
+                raise KitError(f"{relative} is missing; restore it with `pi-course reset --all`")
+            text, names = restore_labs(
+                path.read_text(encoding="utf-8"),
+                starter_text(folder, relative, starter_tree),
+                {lab.id},
+                relative,
+            )
+            if names:
+                new_text[relative], restored = text, restored + names
+        if not restored:
+            raise KitError(
+                f"Lab {lab.id} has no stubs in {', '.join(files)} (it asks for new code: "
+                f"{', '.join(lab.implements)}); remove or edit those files yourself"
+            )
+    saved = backup(folder, list(new_text), label)
+    for relative, text in new_text.items():
+        write_text_atomically(folder.root / relative, text)
+    print(f"your version is saved in {folder.relative(saved)}/")
+    if args.all:
+        print(f"restored the starter version of {', '.join(new_text)}")
+    else:
+        print(f"restored the Lab {args.lab} stubs: {', '.join(restored)}; your other labs are untouched")
+    print(f"next: pi-course check --lab {args.lab}" if args.lab else "next: pi-course check")
+    return 0

@@ -1,0 +1,1 @@
+"""Notebook support: helpers a checkpoint notebook imports, and `pi-course nbrun`."""

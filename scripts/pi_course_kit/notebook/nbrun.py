@@ -1,0 +1,291 @@
+"""Execute checkpoint notebooks with nbclient: error reports for tests and `verify`, and stored-output refresh.
+
+pi-course nbrun --refresh notebooks/06-tool-contract.ipynb
+pi-course nbrun --check-fresh notebooks/06-tool-contract.ipynb
+pi-course nbrun --errors notebooks/06-tool-contract.ipynb --tree labs/06-tool-contract --allow-lab-errors
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import re
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbformat import NotebookNode
+
+from pi_course_kit.core.errors import KitError
+from pi_course_kit.notebook.helpers import TREE_ENV
+
+KERNEL_NAME = "python3"
+LAB_ERROR = "LabNotImplemented"
+RAISES_TAG = "raises-exception"
+REFRESH_COMMAND = "pi-course nbrun --refresh {path}"
+TEXT_MIMES = ("text/plain", "text/html", "text/markdown")
+
+# What legitimately changes between two runs of the same notebook on the same code.
+_VOLATILE = [
+    (re.compile(r"0x[0-9a-fA-F]{6,}"), "0x…"),
+    (re.compile(r"(/private)?/tmp/[^\s'\"<>)]*"), "<tmp>"),
+    (re.compile(r"\b1[0-9]{12}\b"), "<ms>"),
+    (re.compile(r"\b\d+(\.\d+)?\s?(ms|s|seconds)\b"), "<duration>"),
+    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?"), "<time>"),
+]
+
+
+def load(path: Path) -> NotebookNode:
+    """Read a notebook (nbformat 4) or raise KitError naming the file."""
+    try:
+        nb: NotebookNode = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
+        return nb
+    except FileNotFoundError:
+        raise KitError(f"notebook not found: {path}; pass the path of an .ipynb file") from None
+    except Exception as error:
+        raise KitError(f"{path}: not a readable notebook ({error}); restore it from the repository") from None
+
+
+def save(nb: NotebookNode, path: Path) -> None:
+    """Write a notebook next to `path` and rename it into place, so a failed write loses nothing."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    nbformat.write(nb, tmp)  # type: ignore[no-untyped-call]
+    os.replace(tmp, path)
+
+
+def validation_errors(nb: NotebookNode) -> list[str]:
+    """nbformat schema problems, one line each (empty when the notebook is valid)."""
+    try:
+        nbformat.validate(nb)
+    except nbformat.ValidationError as error:
+        return [f"nbformat: {error.message}"]
+    return []
+
+
+def kernel_env(tree: Path | None) -> dict[str, str]:
+    """The kernel's environment: this one, with the tree override set (or removed for repo mode)."""
+    env = dict(os.environ)
+    env.pop(TREE_ENV, None)
+    env.pop("PYTHONPATH", None)  # exactly one tree may be importable in the kernel
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    if tree is not None:
+        env[TREE_ENV] = str(tree.resolve())
+    return env
+
+
+def execute(
+    nb: NotebookNode,
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120,
+) -> NotebookNode:
+    """Run every cell of a copy of `nb` in a fresh `python3` kernel started in `cwd`; errors stay as outputs."""
+    run = copy.deepcopy(nb)
+    client = NotebookClient(
+        run,
+        timeout=int(timeout),
+        startup_timeout=60,
+        kernel_name=KERNEL_NAME,
+        allow_errors=True,  # keep going, so every offending cell is reported, not just the first
+        record_timing=False,
+        resources={"metadata": {"path": str(cwd)}},
+    )
+    try:
+        client.execute(env=dict(env) if env is not None else kernel_env(None))
+    except CellTimeoutError as error:
+        raise KitError(f"a cell ran longer than {timeout:g} s: {str(error).splitlines()[0]}") from None
+    except DeadKernelError as error:
+        raise KitError(f"the notebook kernel died: {error}") from None
+    return run
+
+
+def first_line(cell: NotebookNode) -> str:
+    """The first line of a cell's source: its `# Step` label for code cells."""
+    source = cell.get("source", "")
+    return source.strip().splitlines()[0] if source.strip() else ""
+
+
+def cell_errors(nb: NotebookNode, *, allow_lab_errors: bool = False, name: str = "notebook") -> list[str]:
+    """One line per executed code cell with an error output that is not allowed."""
+    problems = []
+    for index, cell in enumerate(nb.cells, start=1):
+        if cell.cell_type != "code":
+            continue
+        tagged = RAISES_TAG in cell.get("metadata", {}).get("tags", [])
+        for output in cell.get("outputs", []):
+            if output.get("output_type") != "error":
+                continue
+            ename, evalue = output.get("ename", ""), output.get("evalue", "")
+            where = f"{name} cell {index} ({first_line(cell)})"
+            if allow_lab_errors and ename == LAB_ERROR:
+                if not tagged:
+                    problems.append(
+                        f"{where}: {ename}: {evalue} — tag the cell '{RAISES_TAG}' so that Run All goes on"
+                    )
+                continue
+            problems.append(f"{where}: {ename}: {evalue}")
+    return problems
+
+
+def notebook_errors(
+    notebook: Path, tree: Path, *, allow_lab_errors: bool = False, timeout: float = 120
+) -> list[str]:
+    """Execute a copy of `notebook` against `tree`; one line per offending cell, empty when all is fine.
+
+    `timeout` bounds each cell. With `allow_lab_errors`, a `LabNotImplemented` in a cell tagged
+    `raises-exception` is expected (the starter); any other error is reported.
+    """
+    notebook, tree = Path(notebook), Path(tree)
+    if not (tree / "pi_course" / "__init__.py").is_file():
+        return [f"{tree}: no pi_course/__init__.py; pass a tree holding the pi_course package"]
+    nb = load(notebook)
+    problems = [f"{notebook.name}: {line}" for line in validation_errors(nb)]
+    try:
+        executed = execute(nb, cwd=tree.resolve(), env=kernel_env(tree), timeout=timeout)
+    except KitError as error:
+        return [*problems, f"{notebook.name}: {error}"]
+    return problems + cell_errors(executed, allow_lab_errors=allow_lab_errors, name=notebook.name)
+
+
+def repo_run(notebook: Path, timeout: float = 120) -> NotebookNode:
+    """Execute the notebook the way a reader of the repository does: kernel in its folder, the solution."""
+    notebook = Path(notebook).resolve()
+    return execute(load(notebook), cwd=notebook.parent, env=kernel_env(None), timeout=timeout)
+
+
+def normalise_text(text: str) -> str:
+    """Blank out what changes from run to run: addresses, temp paths, epoch ms, durations, clock times."""
+    for pattern, replacement in _VOLATILE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _as_text(value: Any) -> str:
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+def comparable_outputs(cell: NotebookNode) -> list[tuple[str, ...]]:
+    """A cell's outputs reduced to what a reader sees, with volatile parts blanked."""
+    reduced: list[tuple[str, ...]] = []
+    for output in cell.get("outputs", []):
+        kind = output.get("output_type", "")
+        if kind == "stream":
+            name, text = output.get("name", ""), _as_text(output.get("text", ""))
+            # The kernel may split one print into several stream messages; a reader sees one text.
+            if reduced and reduced[-1][:2] == (kind, name):
+                text = reduced.pop()[2] + text
+            reduced.append((kind, name, text))
+            continue
+        if kind in ("execute_result", "display_data"):
+            data = output.get("data", {})
+            for mime in TEXT_MIMES:
+                if mime in data:
+                    reduced.append((kind, mime, normalise_text(_as_text(data[mime]))))
+        elif kind == "error":
+            reduced.append((kind, output.get("ename", ""), normalise_text(output.get("evalue", ""))))
+    return [(item[0], item[1], normalise_text(item[2])) if item[0] == "stream" else item for item in reduced]
+
+
+def stale_cells(stored: NotebookNode, fresh: NotebookNode, *, path: str = "notebook") -> list[str]:
+    """One line per code cell whose stored outputs differ from a fresh run (volatile parts ignored)."""
+    fix = REFRESH_COMMAND.format(path=path)
+    stored_code = [cell for cell in stored.cells if cell.cell_type == "code"]
+    fresh_code = [cell for cell in fresh.cells if cell.cell_type == "code"]
+    if [c.source for c in stored_code] != [c.source for c in fresh_code]:
+        return [f"{path}: the executed copy has different cells; run `{fix}`"]
+    problems = []
+    for number, (old, new) in enumerate(zip(stored_code, fresh_code, strict=True), start=1):
+        if comparable_outputs(old) != comparable_outputs(new):
+            problems.append(f"{path}: code cell {number} ({first_line(old)}) has stale outputs; run `{fix}`")
+    return problems
+
+
+def _tidy(nb: NotebookNode) -> None:
+    """Drop timing metadata and join split stream outputs, so the stored file reads and diffs cleanly."""
+    for cell in nb.cells:
+        cell.get("metadata", {}).pop("execution", None)
+        outputs = cell.get("outputs", [])
+        joined: list[Any] = []
+        for output in outputs:
+            previous = joined[-1] if joined else None
+            if (
+                previous is not None
+                and output.get("output_type") == "stream"
+                and previous.get("output_type") == "stream"
+                and previous.get("name") == output.get("name")
+            ):
+                previous["text"] = _as_text(previous["text"]) + _as_text(output["text"])
+                continue
+            joined.append(output)
+        if cell.cell_type == "code":
+            cell["outputs"] = joined
+        for output in cell.get("outputs", []):
+            if "metadata" in output:
+                output["metadata"] = {}
+
+
+def refresh(notebook: Path, timeout: float = 120) -> list[str]:
+    """Re-execute `notebook` against the solution and store its outputs; returns problems (nothing written then)."""
+    notebook = Path(notebook)
+    executed = repo_run(notebook, timeout=timeout)
+    problems = validation_errors(executed) + cell_errors(executed, name=notebook.name)
+    if problems:
+        return problems
+    _tidy(executed)
+    save(executed, notebook)
+    return []
+
+
+def freshness_problems(notebook: Path, timeout: float = 120) -> list[str]:
+    """Re-execute `notebook` against the solution and list the cells whose stored outputs are stale."""
+    notebook = Path(notebook)
+    return stale_cells(load(notebook), repo_run(notebook, timeout=timeout), path=str(notebook))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare --refresh, --check-fresh or --errors, the notebooks, and --tree."""
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument(
+        "--refresh", action="store_true", help="re-run against the solution and store outputs"
+    )
+    action.add_argument("--check-fresh", action="store_true", help="fail when stored outputs are stale")
+    action.add_argument("--errors", action="store_true", help="run against --tree and list offending cells")
+    parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK")
+    parser.add_argument("--tree", type=Path, help="folder holding pi_course (with --errors)")
+    parser.add_argument("--allow-lab-errors", action="store_true", help="LabNotImplemented is expected")
+    parser.add_argument("--timeout", type=float, default=120, help="seconds per cell (default 120)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen action on each notebook; print one line per problem; exit 1 when any was found."""
+    for path in args.notebooks:
+        if not path.is_file():
+            raise KitError(f"notebook not found: {path}; pass the path of an .ipynb file")
+    if args.errors and args.tree is None:
+        raise KitError("--errors needs --tree DIR (a folder holding pi_course)")
+    problems: list[str] = []
+    for path in args.notebooks:
+        started = time.perf_counter()
+        if args.refresh:
+            found = refresh(path, args.timeout)
+            print(f"refreshed {path}" if not found else f"not refreshed {path}: the solution run has errors")
+        elif args.check_fresh:
+            found = freshness_problems(path, args.timeout)
+        else:
+            found = notebook_errors(
+                path, args.tree, allow_lab_errors=args.allow_lab_errors, timeout=args.timeout
+            )
+        # On stderr, so that stdout holds only the problems; benchmarks/README.md records these figures.
+        print(f"{path}: executed in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        problems += found
+    for line in problems:
+        print(line)
+    return 1 if problems else 0

@@ -1,0 +1,1 @@
+"""Chapter teaching helpers used by notebooks (call trace, provider adapters); not the engine."""

@@ -1,0 +1,359 @@
+"""Trace one tool call through the learner's own executor, stage by stage, without touching their code.
+
+The executor receives a wrapping registry; the registry hands out a proxy tool whose `schema.parse`
+and `execute` record what they were given and what they returned. Everything else is forwarded.
+`pi_course` is never imported here at module import time: the caller passes the objects in (duck
+typing), and only the default executor is looked up lazily inside the kernel that runs the trace.
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import importlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pi_course_kit.notebook.helpers import compact, plain
+
+STAGES = ("lookup", "parse", "execute", "result")
+OK, STOPPED, NOT_REACHED, RAISED, RETURNED = "ok", "stopped", "not reached", "raised", "returned"
+
+Executor = Callable[..., Awaitable[Any]]
+
+
+@dataclass
+class Event:
+    """One stage as it happened: what went in, what came out, or the error that stopped it."""
+
+    stage: str
+    status: str
+    input: object = None
+    output: object = None
+    error: str = ""
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Data form used by tests and the text rendering."""
+        return {
+            "stage": self.stage,
+            "status": self.status,
+            "input": plain(self.input),
+            "output": plain(self.output),
+            "error": self.error,
+            "note": self.note,
+        }
+
+
+def _error_text(error: BaseException) -> str:
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.execute_count = 0
+
+    def add(self, event: Event) -> Event:
+        self.events.append(event)
+        return event
+
+
+class _TracingSchema:
+    """Stands in for `tool.schema`: records each parse, forwards everything else."""
+
+    def __init__(self, schema: Any, recorder: _Recorder) -> None:
+        self._schema = schema
+        self._recorder = recorder
+
+    def parse(self, value: object) -> Any:
+        # A snapshot, so that a later mutation by learner code cannot rewrite what we show.
+        event = self._recorder.add(Event("parse", OK, input=_snapshot(value)))
+        try:
+            parsed = self._schema.parse(value)
+        except Exception as error:
+            event.status, event.error = STOPPED, _error_text(error)
+            raise
+        event.output = _snapshot(parsed)
+        if value is parsed:
+            event.note = "parse 返回了原对象，而不是新 dict"
+        return parsed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._schema, name)
+
+
+class _TracingTool:
+    """Stands in for a registered tool: `schema` and `execute` are recorded, the rest forwarded."""
+
+    def __init__(self, tool: Any, recorder: _Recorder, signal: object, progress: object) -> None:
+        self._tool = tool
+        self._recorder = recorder
+        self._signal = signal
+        self._progress = progress
+        self.schema = _TracingSchema(tool.schema, recorder)
+
+    async def execute(self, parameters: object, context: Any) -> Any:
+        recorder = self._recorder
+        recorder.execute_count += 1
+        event = recorder.add(
+            Event(
+                "execute", OK, input={"parameters": _snapshot(parameters), "context": self._context(context)}
+            )
+        )
+        try:
+            output = await self._tool.execute(parameters, context)
+        except Exception as error:
+            event.status, event.error = STOPPED, _error_text(error)
+            event.note = f"execute 第 {recorder.execute_count} 次运行"
+            raise
+        event.output = _snapshot(output)
+        event.note = f"execute 第 {recorder.execute_count} 次运行"
+        return output
+
+    def _context(self, context: Any) -> dict[str, object]:
+        def same(name: str, expected: object) -> str:
+            value = getattr(context, name, None)
+            if value is None:
+                return "None"
+            return "同一个对象 ✓" if value is expected else "另一个对象 ✗"
+
+        return {
+            "call_id": getattr(context, "call_id", "<missing>"),
+            "signal": same("signal", self._signal),
+            "report_progress": same("report_progress", self._progress),
+        }
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tool, name)
+
+
+class _TracingRegistry:
+    """Handed to the executor in place of the registry: records each lookup."""
+
+    def __init__(self, registry: Any, recorder: _Recorder, signal: object, progress: object) -> None:
+        self._registry = registry
+        self._recorder = recorder
+        self._signal = signal
+        self._progress = progress
+
+    def get(self, name: str) -> Any:
+        event = self._recorder.add(Event("lookup", OK, input=name))
+        try:
+            tool = self._registry.get(name)
+        except Exception as error:
+            event.status, event.error = STOPPED, _error_text(error)
+            raise
+        if tool is None:
+            event.status, event.output = STOPPED, None
+            event.note = "registry 里没有这个名字"
+            return None
+        event.output = f"Tool {getattr(tool, 'name', '?')}"
+        return _TracingTool(tool, self._recorder, self._signal, self._progress)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._registry, name)
+
+
+def _snapshot(value: object) -> object:
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return value
+
+
+@dataclass
+class CallTrace:
+    """The stages one call went through; renders as HTML boxes in Jupyter and as text in a terminal."""
+
+    title: str
+    call: dict[str, object]
+    events: list[Event]
+    execute_count: int
+    result: object = None
+    raised: str = ""
+    expected_pairing: tuple[str, str] = ("", "")
+    stop_index: int | None = field(default=None)
+
+    @property
+    def stopped_at(self) -> str | None:
+        """The stage where the call stopped (lookup, parse, execute, or `executor` when it raised)."""
+        if self.raised:
+            return "executor"
+        if self.stop_index is None:
+            return None
+        return self.events[self.stop_index].stage
+
+    @property
+    def paired(self) -> bool:
+        """True when the result answers the call: same call id and tool name."""
+        data = plain(self.result)
+        if not isinstance(data, dict):
+            return False
+        return (data.get("toolCallId"), data.get("toolName")) == self.expected_pairing
+
+    def rows(self) -> list[Event]:
+        """Events in the order they happened, then the stages never reached, then the result."""
+        rows = list(self.events)
+        seen = {event.stage for event in rows}
+        rows += [Event(stage, NOT_REACHED) for stage in STAGES[:3] if stage not in seen]
+        if self.raised:
+            rows.append(Event("result", RAISED, error=self.raised, note="executor 抛出了异常，没有返回结果"))
+        else:
+            data = plain(self.result)
+            error_flag = isinstance(data, dict) and data.get("isError") is True
+            call_id, name = self.expected_pairing
+            pairing = f"{call_id}/{name} " + ("配对 ✓" if self.paired else "未配对 ✗")
+            note = pairing + (" · is_error=True" if error_flag else "")
+            rows.append(Event("result", RETURNED, output=self.result, note=note))
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """Data form: the call, each row, where it stopped, the execution count and the pairing."""
+        return {
+            "title": self.title,
+            "call": self.call,
+            "rows": [row.to_dict() for row in self.rows()],
+            "stopped_at": self.stopped_at,
+            "execute_count": self.execute_count,
+            "paired": self.paired,
+        }
+
+    def summary(self) -> str:
+        """One line: each stage with its mark, e.g. `lookup ✓ → parse ✗ → execute · → result ✓`."""
+        marks = {OK: "✓", STOPPED: "✗", NOT_REACHED: "·", RAISED: "✗", RETURNED: "✓"}
+        parts = [f"{row.stage} {marks[row.status]}" for row in self.rows()]
+        tail = f"count={self.execute_count}"
+        tail += (
+            f", paired {self.expected_pairing[0]}/{self.expected_pairing[1]}" if self.paired else ", unpaired"
+        )
+        return f"{self.title}: " + " → ".join(parts) + f" ({tail})"
+
+    def _shown(self, row: Event) -> list[tuple[str, object]]:
+        """The in/out values worth printing for a row (a lookup that found nothing shows `out: null`)."""
+        shown = [("in", row.input)] if row.input is not None else []
+        if row.output is not None or (row.stage == "lookup" and row.status != NOT_REACHED):
+            shown.append(("out", row.output))
+        return shown
+
+    def __str__(self) -> str:
+        lines = [f"trace · {self.title}", f"  call {compact(self.call)}"]
+        for row in self.rows():
+            stop = "  ← stopped here" if row.status in (STOPPED, RAISED) else ""
+            lines.append(f"[{row.stage}] {row.status}{stop}")
+            lines += [f"    {label:<5} {compact(value)}" for label, value in self._shown(row)]
+            if row.error:
+                lines.append(f"    error {row.error}")
+            if row.note:
+                lines.append(f"    note  {row.note}")
+        lines.append(f"execute count: {self.execute_count}")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        return f"<div style='font-family:sans-serif;font-size:12px'>{self._html_column()}</div>"
+
+    def _html_column(self) -> str:
+        esc = html.escape
+        boxes = []
+        for row in self.rows():
+            red = row.status in (STOPPED, RAISED)
+            grey = row.status == NOT_REACHED
+            # An error answer is not where the call stopped: amber, not red.
+            amber = row.status == RETURNED and "is_error=True" in row.note
+            border = "#cf222e" if red else "#d0d7de" if grey else "#bf8700" if amber else "#1a7f37"
+            background = "#ffebe9" if red else "#f6f8fa" if grey else "#ffffff"
+            colour = "#8c959f" if grey else "#1f2328"
+            parts = [f"<b>{esc(row.stage)}</b> <i>{esc(row.status)}</i>"]
+            parts += [
+                f"<div><span style='color:#57606a'>{label}</span> "
+                f"<code style='white-space:pre-wrap;word-break:break-word'>{esc(compact(value))}</code></div>"
+                for label, value in self._shown(row)
+            ]
+            if row.error:
+                parts.append(f"<div style='color:#cf222e'><b>{esc(row.error)}</b></div>")
+            if row.note:
+                parts.append(f"<div>{esc(row.note)}</div>")
+            boxes.append(
+                f"<div class='pi-trace-stage pi-trace-{row.status.replace(' ', '-')}' style='border:2px solid "
+                f"{border};background:{background};color:{colour};border-radius:6px;padding:4px 6px;"
+                f"margin:4px 0'>{''.join(parts)}</div>"
+            )
+        arrow = "<div style='text-align:center;color:#8c959f'>↓</div>"
+        call = esc(compact(self.call))
+        return (
+            f"<div style='min-width:220px;flex:1'><div><b>{esc(self.title)}</b></div>"
+            f"<code style='white-space:pre-wrap;word-break:break-word;color:#57606a'>{call}</code>"
+            f"{arrow.join(boxes)}<div>execute count: <b>{self.execute_count}</b></div></div>"
+        )
+
+
+@dataclass
+class TraceGroup:
+    """Several traces shown side by side (columns in Jupyter, one summary line each in a terminal)."""
+
+    traces: Sequence[CallTrace]
+
+    def __str__(self) -> str:
+        return "\n".join(trace.summary() for trace in self.traces)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        columns = "".join(trace._html_column() for trace in self.traces)
+        return (
+            "<div style='display:flex;gap:10px;align-items:flex-start;font-family:sans-serif;"
+            f"font-size:12px;overflow-x:auto'>{columns}</div>"
+        )
+
+
+def side_by_side(*traces: CallTrace) -> TraceGroup:
+    """Show traces next to each other."""
+    return TraceGroup(list(traces))
+
+
+def _default_executor() -> Executor:
+    # Imported here, in the kernel that runs the trace, never when the kit is imported.
+    module = importlib.import_module("pi_course")
+    executor: Executor = module.execute_tool_call
+    return executor
+
+
+async def trace_call(
+    call: Any,
+    registry: Any,
+    *,
+    title: str = "",
+    executor: Executor | None = None,
+    signal: object = None,
+    report_progress: object = None,
+) -> CallTrace:
+    """Run `call` through the executor (default: `pi_course.execute_tool_call`) and record every stage."""
+    run = executor or _default_executor()
+    recorder = _Recorder()
+    proxy = _TracingRegistry(registry, recorder, signal, report_progress)
+    call_data = {"id": getattr(call, "id", None), "name": getattr(call, "name", None)}
+    call_data["arguments"] = _snapshot(getattr(call, "arguments", None))
+    result: object = None
+    raised = ""
+    try:
+        result = await run(call, proxy, signal=signal, report_progress=report_progress)
+    except Exception as error:
+        # The learner's executor should never raise; the trace shows it instead of crashing the cell.
+        raised = _error_text(error)
+    stop = next((i for i, event in enumerate(recorder.events) if event.status == STOPPED), None)
+    return CallTrace(
+        title=title or f"{call_data['name']} {compact(call_data['arguments'])}",
+        call=call_data,
+        events=recorder.events,
+        execute_count=recorder.execute_count,
+        result=result,
+        raised=raised,
+        expected_pairing=(str(call_data["id"]), str(call_data["name"])),
+        stop_index=stop,
+    )
