@@ -66,6 +66,8 @@ class Checkpoint:
     parent: str | None = None
     #: Given files that must stay byte-identical to the parent checkpoint's solution.
     inherited_files: tuple[str, ...] = ()
+    #: The learner's contract page (Chinese): every literal message and behaviour the tests hold them to.
+    contract: str | None = None
     #: Filled in by `load`: the parent's labs (re-checked here; its optional ones are left out of runs)
     #: and then this checkpoint's own.
     tree_labs: tuple[Lab, ...] = ()
@@ -240,6 +242,7 @@ def _checkpoint(reader: _Reader) -> Checkpoint:
         mutations=tuple(_mutation(r) for r in reader.tables("mutations")),
         parent=reader.optional_text("parent"),
         inherited_files=reader.texts("inherited_files"),
+        contract=reader.optional_text("contract"),
     )
     stray = sorted(set(checkpoint.inherited_files) - set(checkpoint.given_files))
     if stray:
