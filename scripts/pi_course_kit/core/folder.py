@@ -18,6 +18,8 @@ META_FILE = "meta.json"
 STARTER_DIR = "starter"
 BACKUP_DIR = "backups"
 META_FORMAT = 1
+#: The folder keeps the manifest it was made from, so hint/reset/check work wherever the kit is installed.
+COURSE_SNAPSHOT = "course.toml"
 # Folders that tools create while the learner works; never part of what was shipped or changed.
 NOISE = frozenset(
     {META_DIR, "__pycache__", ".pytest_cache", ".hypothesis", ".ipynb_checkpoints", ".mypy_cache"}
@@ -68,6 +70,12 @@ class PracticeFolder:
     def starter_dir(self) -> Path:
         """The pristine starter copy of the teaching files, kept for `reset`."""
         return self.root / META_DIR / STARTER_DIR
+
+    @property
+    def course_path(self) -> Path | None:
+        """The manifest this folder was made from (its own snapshot), or None for an older folder."""
+        path = self.root / META_DIR / COURSE_SNAPSHOT
+        return path if path.is_file() else None
 
     def relative(self, path: Path) -> str:
         """A path as the learner sees it from the folder root."""

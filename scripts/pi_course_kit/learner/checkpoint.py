@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.staging import stage_tree, write_atomically
 from pi_course_kit.learner import practice
@@ -27,6 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--replace",
         action="store_true",
         help="replace DIR if an earlier `checkpoint` run made it (nothing else)",
+    )
+    parser.add_argument(
+        "--course",
+        type=Path,
+        metavar="DIR",
+        help="the course to use (default: PI_COURSE_ROOT, a checkout above this folder, or the bundled one)",
     )
 
 
@@ -105,7 +112,7 @@ def materialise(course: Course, cp: Checkpoint, dest: Path, replace: bool) -> Pa
 
 def run(args: argparse.Namespace) -> int:
     """List the checkpoints, or print one card and materialise its copies."""
-    course = manifest.load()
+    course = manifest.load(course_manifest(args.course, need_solutions=args.checkpoint is not None))
     if args.checkpoint is None:
         print("\n".join(listing(course)))
         return 0

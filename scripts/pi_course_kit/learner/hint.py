@@ -27,7 +27,7 @@ def choose_lab(folder: PracticeFolder, checkpoint: Checkpoint, wanted: str | Non
 def run(args: argparse.Namespace) -> int:
     """Print the next unseen hint (or the last one again once all are seen) and remember it."""
     folder = open_folder()
-    checkpoint = manifest.load().checkpoint(folder.checkpoint_id)
+    checkpoint = manifest.load(folder.course_path).checkpoint(folder.checkpoint_id)
     lab = choose_lab(folder, checkpoint, args.lab)
     seen: dict[str, int] = folder.meta.setdefault("hints", {})
     total = len(lab.hints)

@@ -17,6 +17,7 @@ from pi_course_kit import __version__
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import (
+    COURSE_SNAPSHOT,
     META_DIR,
     META_FILE,
     META_FORMAT,
@@ -26,9 +27,11 @@ from pi_course_kit.core.folder import (
     tracked_files,
     write_json_atomically,
 )
+from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.regions import Stub, find_stubs
 from pi_course_kit.core.staging import stage_tree, write_atomically
+from pi_course_kit.notebook.learner_copy import write_learner_copy
 
 GUIDE = "LAB-GUIDE.md"
 PROTECTED = ("labs", "solutions")
@@ -216,11 +219,13 @@ def fill(course: Course, checkpoint: Checkpoint, root: Path) -> None:
     stage_tree(course, checkpoint, starter, root)
     notebook = notebook_path(course, checkpoint)
     if notebook is not None:
-        shutil.copyfile(notebook, root / notebook.name)
+        write_learner_copy(notebook, root / notebook.name)
     (root / GUIDE).write_text(
         lab_guide(course, checkpoint, notebook.name if notebook else None), encoding="utf-8"
     )
     pristine = root / META_DIR / STARTER_DIR
+    pristine.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(course.path, root / META_DIR / COURSE_SNAPSHOT)
     for relative in checkpoint.teaching_files:
         (pristine / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(starter / relative, pristine / relative)
@@ -250,16 +255,35 @@ def next_steps(course: Course, checkpoint: Checkpoint, dest: Path, kit_installed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare the checkpoint and the destination folder."""
+    """Declare the checkpoint, the destination folder, --from and --course."""
     parser.add_argument("checkpoint", help="checkpoint id or slug, e.g. 06")
     parser.add_argument("dir", type=Path, help="new (or empty) folder to create, e.g. ~/pi-practice")
+    parser.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        metavar="FOLDER",
+        help="start from your own finished practice folder of the parent checkpoint instead of the "
+        "reference target (refused while its tests are not green; it is never changed)",
+    )
+    parser.add_argument(
+        "--course",
+        type=Path,
+        metavar="DIR",
+        help="the course to use (default: PI_COURSE_ROOT, a checkout above this folder, or the bundled one)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Create the folder and print the next steps."""
-    course = manifest.load()
+    course = manifest.load(course_manifest(args.course))
     checkpoint = course.checkpoint(args.checkpoint)
-    dest = create(course, checkpoint, args.dir)
+    if args.source is not None:
+        from pi_course_kit.learner.lineage import create_from
+
+        dest = create_from(course, checkpoint, args.source, args.dir)
+    else:
+        dest = create(course, checkpoint, args.dir)
     kit_installed = importlib.util.find_spec("pytest") is not None
     print("\n".join(next_steps(course, checkpoint, dest, kit_installed)))
     return 0

@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
             "name the lab to reset (e.g. `pi-course reset 6.2`), or use --all for every teaching file"
         )
     folder = open_folder()
-    course = manifest.load()
+    course = manifest.load(folder.course_path)
     checkpoint = course.checkpoint(folder.checkpoint_id)
     starter_tree = course.root / checkpoint.starter
     files = list(checkpoint.teaching_files)
