@@ -64,6 +64,8 @@ class LearnerRecord:
     message: str = ""
     sandbox: str = ""
     seconds: float = 0.0
+    #: One verdict per pristine test, in run order: {"nodeid", "lab", "outcome"} ("missing" when it did not run).
+    tests: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON data."""
@@ -177,7 +179,7 @@ class Grader:
         except KitError as error:
             record.status, record.message = ERROR, str(error)
             return record
-        record.tests_edited = edited_tests(self.course, checkpoint, folder)
+        record.tests_edited = [] if _is_bare(folder) else edited_tests(self.course, checkpoint, folder)
         if record.tests_edited:
             record.flags.append("tests edited (ignored: graded with the kit's own tests)")
         work_root = self._scratch_dir()
@@ -212,6 +214,8 @@ class Grader:
             record.message = "not a folder; give practice folders made by `pi-course practice`"
             return None
         meta_path = folder / META
+        if self.checkpoint_override and _is_bare(folder) and (folder / self.course.package).is_dir():
+            return self._bare_checkpoint(folder, record)
         if not meta_path.is_file() or meta_path.is_symlink():
             record.message = f"not a practice folder: no {META.as_posix()}"
             return None
@@ -228,6 +232,27 @@ class Grader:
         except ManifestError as error:
             record.message = str(error)
         return None
+
+    def _bare_checkpoint(self, folder: Path, record: LearnerRecord) -> Checkpoint | None:
+        # A submission of just pi_course/ (Gradescope, an LMS upload): the checkpoint comes from --checkpoint.
+        if (folder / self.course.package).is_symlink():
+            record.message = f"not a submission: {self.course.package}/ is a symbolic link"
+            return None
+        record.flags.append(f"bare {self.course.package}/ submission (graded as --checkpoint)")
+        return self.course.checkpoint(str(self.checkpoint_override))
+
+
+def _is_bare(folder: Path) -> bool:
+    """A submission without the practice folder's meta.json (only its package, perhaps more)."""
+    return not (folder / META).exists()
+
+
+def _verdicts(reference: Reference, by_node: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
+    """Each pristine test's outcome in run order; a test the learner's run did not report is "missing"."""
+    return [
+        {"nodeid": node, "lab": lab, "outcome": str(by_node.get(node, {}).get("outcome", "missing"))}
+        for node, lab in reference.labs_of.items()
+    ]
 
 
 def edited_tests(course: Course, checkpoint: Checkpoint, folder: Path) -> list[str]:
@@ -331,6 +356,7 @@ def _score(record: LearnerRecord, reference: Reference, run: sandbox.Sandboxed, 
         )
     required = [score for score in record.labs if not score.optional]
     record.passed = sum(s.passed for s in required)
+    record.tests = _verdicts(reference, by_node)
     record.total = sum(s.total for s in required)
     texts = [str(t.get("exc_type", "")) + " " + str(t.get("message", "")) for t in by_node.values()]
     texts += [str(e.get("message", "")) for e in collect_errors if isinstance(e, dict)]
