@@ -49,7 +49,8 @@ def solution_problems(course: Course, checkpoint: Checkpoint, result: RunResult 
 
 
 def starter_problems(course: Course, checkpoint: Checkpoint, result: RunResult | None = None) -> list[str]:
-    """Every focused test fails on the starter with its own lab's LabNotImplemented or an earlier one."""
+    """Every test of the checkpoint's own labs fails on the starter with its lab's (or an earlier lab's)
+    LabNotImplemented; every test of an inherited lab passes, since the parent state is its target."""
     result = result or run_tree(course, checkpoint, checkpoint.starter)
     where = checkpoint.starter
     if result.collect_errors:
@@ -60,9 +61,16 @@ def starter_problems(course: Course, checkpoint: Checkpoint, result: RunResult |
         return [f"{where}: no focused test ran (exit {result.returncode})"]
     problems = []
     optional = {lab.id for lab in checkpoint.labs if lab.optional}
+    inherited = {lab.id for lab in checkpoint.tree_labs if lab.inherited}
     for test in result.tests:
         allowed = _earlier_or_same(checkpoint, test["lab"])
-        if test["lab"] is None:
+        if test["lab"] in inherited:
+            if test["outcome"] != "passed":
+                problems.append(
+                    f"{where}: {test['nodeid']} (inherited Lab {test['lab']}) {test['outcome']} on the starter: "
+                    f"{test['message']}; the parent state must be the parent's target"
+                )
+        elif test["lab"] is None:
             problems.append(
                 f"{where}: {test['nodeid']} carries no lab marker; tag it with one of the lab markers"
             )

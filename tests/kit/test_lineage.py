@@ -1,0 +1,142 @@
+"""Checkpoints that build on a parent: every tree of the real course, and `practice --from`."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pi_course_kit.core import manifest
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor import promises
+
+COURSE = manifest.load()
+CHILDREN = [cp.id for cp in COURSE.checkpoints if cp.parent is not None]
+
+
+def pi_course(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run the kit's command line in its own interpreter."""
+    return subprocess.run(
+        [sys.executable, "-m", "pi_course_kit.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def tree_hash(root: Path) -> str:
+    """One digest of every file's path and bytes under `root`."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(params=CHILDREN)
+def child(request: pytest.FixtureRequest, course: Course) -> Checkpoint:
+    """Each checkpoint that has a parent."""
+    return course.checkpoint(str(request.param))
+
+
+def test_the_real_course_has_a_checkpoint_with_a_parent() -> None:
+    """Does the course exercise lineage at all (a later checkpoint naming an earlier one as parent)?"""
+    assert CHILDREN
+
+
+def test_inherited_files_equal_the_parent_solution(course: Course, child: Checkpoint) -> None:
+    """Are a child's inherited files byte-identical to its parent's solution files?"""
+    assert child.inherited_files
+    assert promises.inherited_file_problems(course, child) == []
+
+
+def test_child_solution_passes_its_own_and_its_parents_tests(course: Course, child: Checkpoint) -> None:
+    """Does the child's solution pass its own focused tests and the parent's (the parent stays green)?"""
+    result = promises.run_tree(course, child, child.solution)
+    assert promises.solution_problems(course, child, result) == []
+    labs = {test["lab"] for test in result.tests}
+    parent = course.parent_of(child)
+    assert parent is not None
+    assert {lab.id for lab in parent.required_labs} <= labs
+    assert {lab.id for lab in child.labs} <= labs
+
+
+def test_child_starter_is_red_on_its_own_labs_and_green_on_inherited_ones(
+    course: Course, child: Checkpoint
+) -> None:
+    """On the child's starter, do the parent's tests pass while each own test stops on its lab's stub?"""
+    result = promises.run_tree(course, child, child.starter)
+    assert promises.starter_problems(course, child, result) == []
+    own = {lab.id for lab in child.labs}
+    assert any(test["lab"] in own for test in result.tests)
+    assert all(test["outcome"] == "failed" for test in result.tests if test["lab"] in own)
+
+
+def test_child_first_red_is_a_stub_of_its_first_lab(course: Course, child: Checkpoint) -> None:
+    """Does `pytest -m <first lab> -x` on the child's starter stop first on that lab's stub?"""
+    assert promises.first_red_problems(course, child) == []
+
+
+def test_practice_from_an_unfinished_parent_folder_is_refused_and_changes_nothing(
+    tmp_path: Path, child: Checkpoint
+) -> None:
+    """Is `practice CHILD DIR --from MY_PARENT` refused, naming the labs, while the parent folder is red?"""
+    parent = COURSE.parent_of(child)
+    assert parent is not None
+    made = pi_course("practice", parent.id, str(tmp_path / "mine"), cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    before = tree_hash(tmp_path / "mine")
+    refused = pi_course("practice", child.id, str(tmp_path / "next"), "--from", "mine", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert "not finished yet" in refused.stderr
+    assert all(f"Lab {lab.id}" in refused.stderr for lab in parent.required_labs)
+    assert not (tmp_path / "next").exists()
+    assert tree_hash(tmp_path / "mine") == before
+
+
+def test_practice_from_a_finished_parent_folder_carries_the_learners_own_files(
+    tmp_path: Path, course: Course, child: Checkpoint
+) -> None:
+    """With the parent finished, does the child folder hold the learner's own files and start red on its lab?"""
+    parent = course.parent_of(child)
+    assert parent is not None
+    assert pi_course("practice", parent.id, str(tmp_path / "mine"), cwd=tmp_path).returncode == 0
+    for relative in parent.teaching_files:
+        solved = (course.root / parent.solution / relative).read_text(encoding="utf-8")
+        # The learner's own version: the reference plus a comment only they wrote.
+        (tmp_path / "mine" / relative).write_text(solved + "\n# my own work\n", encoding="utf-8")
+    before = tree_hash(tmp_path / "mine")
+    made = pi_course("practice", child.id, str(tmp_path / "next"), "--from", "mine", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert tree_hash(tmp_path / "mine") == before
+    for relative in parent.teaching_files:
+        assert (tmp_path / "next" / relative).read_text(encoding="utf-8").endswith("# my own work\n")
+    first = child.first_lab
+    red = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", first.marker, "-x", "-q"],
+        cwd=tmp_path / "next",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert red.returncode == 1
+    assert child.first_red_prefix in red.stdout
+
+
+def test_practice_from_a_folder_of_the_wrong_checkpoint_is_refused(tmp_path: Path, child: Checkpoint) -> None:
+    """Is --from with a folder of the child itself (not its parent) refused in one line?"""
+    assert pi_course("practice", child.id, str(tmp_path / "a"), cwd=tmp_path).returncode == 0
+    refused = pi_course("practice", child.id, str(tmp_path / "b"), "--from", "a", cwd=tmp_path)
+    assert refused.returncode == 2 and "builds on" in refused.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_practice_from_on_a_checkpoint_without_parent_is_refused(tmp_path: Path) -> None:
+    """Does --from on a checkpoint with no parent say that there is nothing to carry over?"""
+    root = next(cp for cp in COURSE.checkpoints if cp.parent is None)
+    refused = pi_course("practice", root.id, str(tmp_path / "x"), "--from", str(tmp_path), cwd=tmp_path)
+    assert refused.returncode == 2 and "--from has nothing to carry over" in refused.stderr
+    assert not (tmp_path / "x").exists()
