@@ -131,7 +131,7 @@ def find_root(start: Path | None = None) -> Path:
             return folder
     raise KitError(
         f"{here} is not inside a practice folder (no {META_DIR}/{META_FILE} above it); "
-        "make one with `pi-course practice 06 DIR` and cd into it"
+        "make one with `pi-course practice CHECKPOINT DIR` (`pi-course checkpoint` lists them) and cd into it"
     )
 
 

@@ -98,11 +98,19 @@ def strip_solution(source: str, filename: str = "<solution>", labs: Collection[s
 
 
 def _add_import(source: str) -> str:
-    """Import LabNotImplemented among the package's own imports, in sorted place."""
+    """Import LabNotImplemented among the package's own imports, in sorted place (or after the docstring)."""
     lines = source.splitlines(keepends=True)
     local = [i for i, line in enumerate(lines) if line.startswith("from .")]
-    after = [i for i in local if lines[i] > IMPORT]
-    lines.insert(after[0] if after else local[-1] + 1, IMPORT)
+    if local:
+        after = [i for i in local if lines[i] > IMPORT]
+        lines.insert(after[0] if after else local[-1] + 1, IMPORT)
+        return "".join(lines)
+    body = ast.parse(source).body
+    imports = [node for node in body if isinstance(node, ast.Import | ast.ImportFrom)]
+    docstring = body[:1] if body and isinstance(body[0], ast.Expr) else []
+    anchor = imports or docstring
+    at = (anchor[-1].end_lineno or 0) if anchor else 0
+    lines.insert(at, ("\n" if anchor and not imports else "") + IMPORT)
     return "".join(lines)
 
 

@@ -45,7 +45,8 @@ def listing(course: Course) -> list[str]:
         extra = len(cp.labs) - required
         labs = f"{required} labs" + (f" + {extra} optional" if extra else "")
         lines.append(f"  {cp.id}  {cp.slug:<20} {labs:<22} {cp.title}")
-    lines.append("show one: scripts/checkpoint 06   (or: pi-course checkpoint 06)")
+    first = course.checkpoints[0].id
+    lines.append(f"show one: scripts/checkpoint {first}   (or: pi-course checkpoint {first})")
     return lines
 
 
