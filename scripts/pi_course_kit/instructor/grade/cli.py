@@ -1,24 +1,80 @@
-"""`pi-course grade DIR...`: grade practice folders in sandboxed copies with the kit's pristine tests."""
+"""`pi-course grade DIR...`: grade submissions in sandboxed copies with the kit's pristine tests.
+
+`pi-course grade merge SHARD.jsonl... -o FILE` joins the JSON Lines of shards graded apart.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from pi_course_kit.core.errors import KitError
-from pi_course_kit.instructor.grade.grader import Grader, LearnerRecord, summary, write_csv, write_json_lines
-from pi_course_kit.instructor.grade.sandbox import ISOLATED, Limits, MiB
+from pi_course_kit.core.manifest import Course
+from pi_course_kit.instructor.grade import (
+    class_report,
+    feedback,
+    gradebook,
+    junit,
+    mutation_map,
+    roster,
+    shards,
+)
+from pi_course_kit.instructor.grade.grader import (
+    SANDBOX_ERROR,
+    SKIPPED,
+    Grader,
+    LearnerRecord,
+    summary,
+    write_json_lines,
+)
+from pi_course_kit.instructor.grade.points import points_of
+from pi_course_kit.instructor.grade.sandbox import Limits, MiB
 from pi_course_kit.instructor.options import add_manifest_option, load_course
+
+MERGE = "merge"
+#: Statuses of a submission that could not be graded at all: the run exits 1 when any has one.
+UNGRADED = (SKIPPED, SANDBOX_ERROR)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare the folders, the output files, the parallelism and the limits."""
-    parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="practice folders to grade")
+    """Declare the submissions, the outputs, the parallelism, the slice and the limits."""
     parser.add_argument(
-        "--json", type=Path, metavar="FILE", help="write one JSON record per learner (JSON Lines)"
+        "dirs",
+        nargs="*",
+        type=Path,
+        metavar="DIR",
+        help="submissions to grade: practice folders, or folders holding pi_course/ (with --checkpoint); "
+        "or `merge SHARD.jsonl...` to join shards",
     )
-    parser.add_argument("--csv", type=Path, metavar="FILE", help="write one CSV row per learner")
+    who = parser.add_argument_group("learner ids (never a bare folder name)")
+    who.add_argument("--roster", type=Path, metavar="FILE", help="CSV with columns learner,submission")
+    who.add_argument(
+        "--submissions-root",
+        type=Path,
+        metavar="DIR",
+        help="ids are the paths below DIR; without DIRs, every submission below DIR is graded",
+    )
+    out = parser.add_argument_group("outputs")
+    out.add_argument("--json", type=Path, metavar="FILE", help="one JSON record per learner (JSON Lines)")
+    out.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="merge: the joined JSON Lines gradebook"
+    )
+    out.add_argument("--csv", type=Path, metavar="FILE", help="one CSV row per learner, with points")
+    out.add_argument("--junit", type=Path, metavar="FILE", help="JUnit XML: one testsuite per learner")
+    out.add_argument("--feedback", type=Path, metavar="DIR", help="one Markdown feedback file per learner")
+    out.add_argument("--report", type=Path, metavar="FILE", help="the class report (one static HTML page)")
+    out.add_argument(
+        "--mutation-cache",
+        type=Path,
+        metavar="DIR",
+        help="where the test -> mutation map is cached (default: ~/.cache/pi-course)",
+    )
+    out.add_argument("--no-mutations", action="store_true", help="class report without the mutation links")
+    parser.add_argument(
+        "--shard", metavar="K/N", help="grade only the K-th of N slices (sorted by learner id)"
+    )
     parser.add_argument("--jobs", type=int, default=2, help="folders graded at once (default 2)")
     parser.add_argument(
         "--checkpoint", help="grade against this checkpoint instead of the one in each meta.json"
@@ -31,6 +87,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--processes", type=int, default=64, help="process limit per learner (default 64)")
     parser.add_argument("--quiet", action="store_true", help="print only the class summary")
+    parser.add_argument(
+        "--unsafe",
+        action="store_true",
+        help="no sandbox, resource limits only (learner code runs with your rights; refused as root)",
+    )
     add_manifest_option(parser)
 
 
@@ -43,54 +104,40 @@ def _check_output(path: Path | None, option: str) -> None:
         raise KitError(f"{option} {path}: is a folder; give a file name")
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    for option in ("json", "output", "csv", "junit", "report"):
+        _check_output(getattr(args, option), f"--{option}")
+    if args.feedback is not None and args.feedback.exists() and not args.feedback.is_dir():
+        raise KitError(f"--feedback {args.feedback}: is a file; give a folder for the feedback files")
+    if args.feedback is not None and not args.feedback.parent.is_dir():
+        raise KitError(f"--feedback {args.feedback}: folder {args.feedback.parent} does not exist; create it")
+
+
 def _fraction(record: LearnerRecord, lab_id: str) -> str:
     score = next((s for s in record.labs if s.id == lab_id), None)
     return f"{score.passed}/{score.total}" if score else "-"
 
 
-def run(args: argparse.Namespace) -> int:
-    """Grade every folder, print a table and a class summary; exit 0 once grading has run."""
-    if args.jobs < 1 or args.timeout <= 0 or args.memory < 64 or args.processes < 4:
-        raise KitError("--jobs must be >= 1, --timeout > 0, --memory >= 64 (MiB) and --processes >= 4")
-    _check_output(args.json, "--json")
-    _check_output(args.csv, "--csv")
-    course = load_course(args)
-    if args.checkpoint is not None:
-        course.checkpoint(args.checkpoint)
-    limits = Limits(
-        wall_seconds=args.timeout,
-        memory_bytes=args.memory * MiB,
-        cpu_seconds=max(1, int(args.timeout)),
-        processes=args.processes,
-    )
-    grader = Grader(course, limits, args.jobs, args.checkpoint)
-    if grader.level != ISOLATED:
-        print(
-            f"pi-course grade: warning: sandbox level {grader.level!r}: learner code is limited in time, memory and "
-            "processes, but not kept from writing outside its copy; grade as root on Linux for full isolation",
-            file=sys.stderr,
-        )
-    lab_ids = [lab.id for cp in course.checkpoints for lab in cp.labs]
-    name_width = max([7, *(len(d.name or str(d)) for d in args.dirs)])
-    if not args.quiet:
-        print(f"grading {len(args.dirs)} folder(s), {args.jobs} at a time, sandbox: {grader.level}")
-        print(
-            f"{'learner':<{name_width}}  {'status':<13}  "
-            + "  ".join(f"{lab:>9}" for lab in lab_ids)
-            + "  notes"
-        )
+def write_outputs(args: argparse.Namespace, course: Course, records: Sequence[LearnerRecord]) -> None:
+    """Write every output asked for: JSON Lines, CSV, JUnit, feedback files, the class report."""
+    if args.json:
+        write_json_lines(args.json, records)
+    if args.csv:
+        gradebook.write_csv(args.csv, course, records)
+    if args.junit:
+        junit.write(args.junit, course, records)
+    if args.feedback:
+        feedback.write_all(course, records, args.feedback)
+    if args.report:
+        mutations: mutation_map.MutationMap = {}
+        if not args.no_mutations:
+            for checkpoint_id in dict.fromkeys(r.checkpoint for r in records if r.checkpoint):
+                checkpoint = course.checkpoint(checkpoint_id)
+                mutations.update(mutation_map.load_or_compute(course, checkpoint, args.mutation_cache))
+        class_report.write(args.report, course, records, mutations)
 
-    def show(record: LearnerRecord) -> None:
-        if args.quiet:
-            return
-        notes = "; ".join([*([record.message] if record.message else []), *record.flags])
-        cells = "  ".join(f"{_fraction(record, lab):>9}" for lab in lab_ids)
-        print(f"{record.learner:<{name_width}}  {record.status:<13}  {cells}  {notes}", flush=True)
 
-    try:
-        records = grader.grade_all(args.dirs, on_done=show)
-    finally:
-        grader.close()
+def _print_summary(course: Course, records: Sequence[LearnerRecord]) -> None:
     overview = summary(records)
     statuses = ", ".join(f"{count} {status}" for status, count in sorted(overview["statuses"].items()))
     print(f"class: {overview['learners']} folder(s), {overview['graded']} graded: {statuses}")
@@ -100,9 +147,97 @@ def run(args: argparse.Namespace) -> int:
         )
     if overview["tests_edited"]:
         print(f"  {overview['tests_edited']} learner(s) edited the focused tests (the edits had no effect)")
-    if args.json:
-        write_json_lines(args.json, records)
-    if args.csv:
-        write_csv(args.csv, records)
+    ungraded = [r for r in records if r.status in UNGRADED]
+    if ungraded:
+        print(
+            f"  {len(ungraded)} submission(s) could not be graded, e.g. {ungraded[0].learner}: {ungraded[0].message}"
+        )
+
+
+def merge(args: argparse.Namespace) -> int:
+    """Join shards' JSON Lines into one gradebook sorted by learner id, plus any other output asked for."""
+    files = list(args.dirs[1:])
+    if not files or args.output is None:
+        raise KitError(
+            "merge needs the shards' files and -o FILE: pi-course grade merge A.jsonl B.jsonl -o all.jsonl"
+        )
+    _check_outputs(args)
+    course = load_course(args)
+    records = sorted(gradebook.read_json_lines(files), key=lambda record: record.learner)
+    seen: set[str] = set()
+    for record in records:
+        if record.learner in seen:
+            raise KitError(
+                f"learner {record.learner!r} is in more than one shard file; merge each shard once"
+            )
+        seen.add(record.learner)
+    write_json_lines(args.output, records)
+    write_outputs(args, course, records)
+    _print_summary(course, records)
+    print(f"merged {len(files)} file(s): {len(records)} learner(s) into {args.output}")
+    return 1 if any(r.status in UNGRADED for r in records) else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Grade every submission (or merge shards); exit 1 when any submission could not be graded."""
+    if args.dirs and str(args.dirs[0]) == MERGE:
+        return merge(args)
+    if args.jobs < 1 or args.timeout <= 0 or args.memory < 64 or args.processes < 4:
+        raise KitError("--jobs must be >= 1, --timeout > 0, --memory >= 64 (MiB) and --processes >= 4")
+    if args.output is not None:
+        raise KitError("-o/--output is for `pi-course grade merge`; use --json FILE when grading")
+    _check_outputs(args)
+    course = load_course(args)
+    if args.checkpoint is not None:
+        course.checkpoint(args.checkpoint)
+    pairs = roster.assign(
+        args.dirs, course.package, args.roster, args.submissions_root, bare=args.checkpoint is not None
+    )
+    if args.shard:
+        pairs = shards.select(pairs, *shards.parse(args.shard))
+    limits = Limits(
+        wall_seconds=args.timeout,
+        memory_bytes=args.memory * MiB,
+        cpu_seconds=max(1, int(args.timeout)),
+        processes=args.processes,
+    )
+    grader = Grader(course, limits, args.jobs, args.checkpoint, unsafe=args.unsafe)
+    if args.unsafe:
+        print(
+            "pi-course grade: warning: --unsafe: learner code runs with your own rights, limited only in time, "
+            "memory and processes; every record says so",
+            file=sys.stderr,
+        )
+    lab_ids = [lab.id for cp in course.checkpoints for lab in cp.labs]
+    name_width = max([7, *(len(learner) for learner, _ in pairs)])
+    if not args.quiet:
+        shard = f" (shard {args.shard})" if args.shard else ""
+        print(f"grading {len(pairs)} submission(s){shard}, {args.jobs} at a time, sandbox: {grader.level}")
+        print(
+            f"{'learner':<{name_width}}  {'status':<13}  {'points':>9}  "
+            + "  ".join(f"{lab:>9}" for lab in lab_ids)
+            + "  notes"
+        )
+    ids = iter([learner for learner, _ in pairs])
+
+    def show(record: LearnerRecord) -> None:
+        # grade_all reports in submission order, so the ids line up.
+        record.learner = next(ids)
+        if args.quiet:
+            return
+        notes = "; ".join([*([record.message] if record.message else []), *record.flags])
+        cells = "  ".join(f"{_fraction(record, lab):>9}" for lab in lab_ids)
+        points = points_of(course, record)
+        shown = f"{points.score:g}/{points.max_points:g}"
+        print(
+            f"{record.learner:<{name_width}}  {record.status:<13}  {shown:>9}  {cells}  {notes}", flush=True
+        )
+
+    try:
+        records = grader.grade_all([folder for _, folder in pairs], on_done=show)
+    finally:
+        grader.close()
+    _print_summary(course, records)
+    write_outputs(args, course, records)
     sys.stdout.flush()
-    return 0
+    return 1 if any(r.status in UNGRADED for r in records) else 0

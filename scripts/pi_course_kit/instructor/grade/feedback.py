@@ -1,0 +1,85 @@
+"""One Markdown feedback file per learner, in the course language: per lab points, status, question and hint."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import quote
+
+from pi_course_kit.core.manifest import Course
+from pi_course_kit.instructor.grade import texts
+from pi_course_kit.instructor.grade.grader import LearnerRecord
+from pi_course_kit.instructor.grade.points import Points, points_of
+from pi_course_kit.instructor.grade.questions import question
+
+
+def file_name(learner: str) -> str:
+    """A file name for a learner id: percent-encoded, so distinct ids (with slashes) never collide."""
+    return quote(learner, safe="-_.@") + ".md"
+
+
+def first_failing(record: LearnerRecord, lab_id: str) -> str | None:
+    """The node id of the lab's first pristine test that did not pass, in run order."""
+    return next((t["nodeid"] for t in record.tests if t["lab"] == lab_id and t["outcome"] != "passed"), None)
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def render(course: Course, record: LearnerRecord, points: Points | None = None) -> str:
+    """The feedback page of one learner as Markdown."""
+    points = points or points_of(course, record)
+    lines = [
+        f"# {texts.FEEDBACK_TITLE}：{record.learner}",
+        "",
+        f"- {texts.CHECKPOINT}：{record.checkpoint or '—'}",
+        f"- {texts.STATUS}：{texts.record_status(record.status)}",
+        f"- {texts.TOTAL}：**{_number(points.points)} / {_number(points.max_points)}**"
+        + (
+            f"（{texts.EXTRA} {_number(points.extra)} / {_number(points.max_extra)}）"
+            if points.max_extra
+            else ""
+        ),
+    ]
+    if record.message:
+        lines.append(f"- {texts.MESSAGE}：{record.message}")
+    if record.tests_edited:
+        lines += ["", f"> {texts.EDITED_TESTS}"]
+    checkpoint = course.checkpoint(record.checkpoint) if record.checkpoint else None
+    for row in points.labs:
+        optional = f"（{texts.OPTIONAL}）" if row.optional else ""
+        lines += [
+            "",
+            f"## Lab {row.id} {row.title}{optional}",
+            "",
+            f"- {texts.POINTS}：{_number(row.points)} / {_number(row.max_points)}"
+            f"（{texts.CREDIT_RULE.get(row.credit, row.credit)}）",
+            f"- {texts.TESTS}：{row.passed} / {row.total}",
+            f"- {texts.STATUS}：{texts.lab_status(row.status)}",
+        ]
+        failing = first_failing(record, row.id)
+        if checkpoint is None or failing is None or row.status == "done":
+            continue
+        lab = checkpoint.lab(row.id)
+        asked = question(course, checkpoint, failing) or texts.NO_DOCSTRING
+        hint = lab.hints[0] if row.status == "not started" or len(lab.hints) < 2 else lab.hints[1]
+        lines += [
+            f"- {texts.FIRST_FAILING}：`{failing}`",
+            f"  - {texts.QUESTION}：{asked}",
+            f"  - {texts.HINT}：{hint}",
+        ]
+    if record.status == "complete":
+        lines += ["", texts.ALL_DONE]
+    return "\n".join(lines) + "\n"
+
+
+def write_all(course: Course, records: Sequence[LearnerRecord], folder: Path) -> list[Path]:
+    """Write one feedback file per learner into `folder` (created if missing); return the paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for record in records:
+        path = folder / file_name(record.learner)
+        path.write_text(render(course, record), encoding="utf-8")
+        written.append(path)
+    return written
