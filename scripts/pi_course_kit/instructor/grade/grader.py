@@ -6,12 +6,15 @@ import csv
 import json
 import os
 import queue
+import random
+import re
+import secrets
 import shutil
-import stat
+import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,17 +25,28 @@ from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
 from pi_course_kit.core.records import read_records
 from pi_course_kit.core.runner import JSON_ENV, pytest_command
 from pi_course_kit.core.staging import TESTS_DIR, pytest_ini, stage_tree, test_files
-from pi_course_kit.instructor.grade import sandbox
+from pi_course_kit.instructor.grade import bwrap, copying, sandbox, verdict
 from pi_course_kit.instructor.promises import run_tree
 
 META = Path(".pi-course") / "meta.json"
 REPORT = ".pi-course-report.jsonl"
-MAX_COPY_BYTES = 20 * 1024 * 1024
-MAX_COPY_FILES = 2000
-FIRST_UID = 62000  # unprivileged uids, one per parallel slot, so that RLIMIT_NPROC counts per learner
+MAX_REPORT_BYTES = 8 * 1024 * 1024
+MAX_META_BYTES = 64 * 1024
+MAX_MESSAGE = 300
+FIRST_UID = bwrap.FIRST_UID  # unprivileged uids, one per parallel slot and batch (claimed by lock files)
 
 COMPLETE, PARTIAL, NOT_STARTED = "complete", "partial", "not started"
 ERROR, TIMEOUT, CRASHED, SKIPPED, SANDBOX_ERROR = "error", "timeout", "crashed", "skipped", "sandbox-error"
+UNGRADABLE, TAMPERING = "ungradable", "tampering"
+TAMPERING_FLAG = "tampering: a control test that no honest code can pass was reported as passed; scored 0"
+# C0/C1 controls (ESC sequences, newlines that would forge a row) and bidirectional overrides.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(text: object, limit: int = MAX_MESSAGE) -> str:
+    """Text from a submission made safe for a terminal or a record: no control characters, capped."""
+    value = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value)[:limit]
 
 
 @dataclass
@@ -74,10 +88,9 @@ class LearnerRecord:
 
 @dataclass(frozen=True)
 class Slot:
-    """One parallel grading slot: its sandbox uid (None when not root) and its fork server."""
+    """One parallel grading slot: its sandbox uid (None when not root or unsafe)."""
 
     uid: int | None
-    server: sandbox.ForkServer
 
 
 @dataclass(frozen=True)
@@ -93,31 +106,62 @@ class Reference:
 
 
 class Grader:
-    """Grades folders of one course; holds the scratch folder, the uids and the references."""
+    """Grades folders of one course; holds the scratch folder, the uids and the references.
+
+    `unsafe=True` runs learner code with resource limits only (no bubblewrap); refused as root.
+    Raises KitError (with the fix) when the sandbox cannot be built here.
+    """
 
     def __init__(
-        self, course: Course, limits: sandbox.Limits, jobs: int = 2, checkpoint: str | None = None
+        self,
+        course: Course,
+        limits: sandbox.Limits,
+        jobs: int = 2,
+        checkpoint: str | None = None,
+        unsafe: bool = False,
     ) -> None:
         self.course, self.limits, self.jobs = course, limits, max(1, jobs)
         self.checkpoint_override = checkpoint
+        self.unsafe = unsafe
+        self.root = os.geteuid() == 0
+        if unsafe and self.root:
+            raise KitError(
+                "--unsafe is refused as root: learner code must never run as uid 0; grade without it"
+            )
         self.scratch = Path(tempfile.mkdtemp(prefix="pi-course-grade-"))
         os.chmod(self.scratch, 0o711)
-        self.root = os.geteuid() == 0
-        # One uid and one fork server per parallel slot; a slot serves one learner at a time.
+        self._uids: bwrap.UidPool | None = None
         self.slots: queue.Queue[Slot] = queue.Queue()
-        self._servers: list[sandbox.ForkServer] = []
-        for index in range(self.jobs):
-            server = sandbox.ForkServer(self.scratch / f"fork-server-{index}.log")
-            self._servers.append(server)
-            self.slots.put(Slot(FIRST_UID + index if self.root else None, server))
-        self.level = sandbox.best_level(self.scratch, FIRST_UID) if self.root else sandbox.LIMITS
+        try:
+            if self.root:
+                self._uids = bwrap.UidPool(self.jobs)
+            uids: list[int | None] = list(self._uids.uids) if self._uids else [None] * self.jobs
+            for uid in uids:
+                self.slots.put(Slot(uid))
+            if unsafe:
+                self.level, self.probe_message = bwrap.UNSAFE, "no sandbox: resource limits only (--unsafe)"
+            else:
+                found = bwrap.probe(self.scratch, uids[0])
+                self.level, self.probe_message = found.level, found.message
+        except bwrap.SandboxUnavailable as error:
+            self.close()
+            raise KitError(f"cannot grade safely: {error}") from None
+        except BaseException:
+            self.close()
+            raise
         self.references: dict[str, Reference] = {}
         self._counter = 0
+        # Plugins the grader ships into every sandbox read-only (never inside the learner's copy).
+        self.kit_dir = self.scratch / "kit"
+        self.kit_dir.mkdir(mode=0o755)
+        (self.kit_dir / f"{verdict.ORDER_PLUGIN}.py").write_text(
+            verdict.ORDER_PLUGIN_SOURCE, encoding="utf-8"
+        )
 
     def close(self) -> None:
-        """Stop the fork servers and remove every copy the grader made."""
-        for server in self._servers:
-            server.close()
+        """Release the uids and remove every copy the grader made."""
+        if self._uids is not None:
+            self._uids.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     def reference(self, checkpoint: Checkpoint) -> Reference:
@@ -149,7 +193,13 @@ class Grader:
     def _grade_slot(self, folder: Path) -> LearnerRecord:
         slot = self.slots.get()
         try:
-            return self.grade_one(folder, slot.uid, slot.server)
+            return self.grade_one(folder, slot.uid)
+        except Exception as error:  # one submission never stops the batch, whatever it holds
+            record = LearnerRecord(
+                learner=copying.shown(folder.name or str(folder)), folder=clean(folder, 4096), status=ERROR
+            )
+            record.message = clean(f"the grader failed on this folder: {type(error).__name__}: {error}")
+            return record
         finally:
             self.slots.put(slot)
 
@@ -159,16 +209,13 @@ class Grader:
         os.chmod(folder, 0o711)
         return folder
 
-    def grade_one(
-        self, folder: Path, uid: int | None = None, server: sandbox.ForkServer | None = None
-    ) -> LearnerRecord:
-        """Grade one folder; a folder that is not a practice folder is reported as skipped.
-
-        With a fork server the run forks from it; without one it starts a fresh sandboxed interpreter.
-        """
+    def grade_one(self, folder: Path, uid: int | None = None) -> LearnerRecord:
+        """Grade one folder; a folder that is not a practice folder is reported as skipped."""
         started = time.perf_counter()
         record = LearnerRecord(
-            learner=folder.name or str(folder), folder=str(folder.absolute()), status=SKIPPED
+            learner=copying.shown(folder.name or str(folder)),
+            folder=clean(folder.absolute(), 4096),
+            status=SKIPPED,
         )
         checkpoint = self._practice_checkpoint(folder, record)
         if checkpoint is None:
@@ -179,44 +226,78 @@ class Grader:
         except KitError as error:
             record.status, record.message = ERROR, str(error)
             return record
-        record.tests_edited = [] if _is_bare(folder) else edited_tests(self.course, checkpoint, folder)
-        if record.tests_edited:
-            record.flags.append("tests edited (ignored: graded with the kit's own tests)")
         work_root = self._scratch_dir()
         try:
-            source = work_root / "source"
-            problem = safe_copy(folder / self.course.package, source / self.course.package)
-            if problem:
-                record.status, record.message = ERROR, problem
+            try:
+                record.tests_edited = (
+                    [] if _is_bare(folder) else edited_tests(self.course, checkpoint, folder)
+                )
+                source = work_root / "source"
+                source.mkdir()
+                copying.copy_package(folder, self.course.package, source)
+            except copying.Refused as error:
+                record.status, record.message = UNGRADABLE, clean(f"cannot be graded safely: {error}")
                 return record
-            work = stage_tree(self.course, checkpoint, source, work_root / "tree")
-            report = work / REPORT
-            report.write_text("", encoding="utf-8")
-            sandbox.prepare_work(work, uid, writable=(self.course.package, REPORT))
-            env = sandbox.minimal_env(work, {JSON_ENV: str(report)})
-            log = work_root / "output.log"
-            command = pytest_command(["--tb=no"])
-            if server is None:
-                run = sandbox.run(command, work, env, self.limits, self.level, log, uid)
-            else:
-                # The server is this interpreter already running `python -m pytest`: pass what follows.
-                assert command[1:3] == ["-m", "pytest"]
-                run = server.run(command[3:], work, env, self.limits, self.level, log, uid)
+            if record.tests_edited:
+                record.flags.append("tests edited (ignored: graded with the kit's own tests)")
+            tree = stage_tree(self.course, checkpoint, source, work_root / "tree")
+            rng = random.Random(secrets.randbits(128))
+            disguises = _disguise_tests(self.course, checkpoint, tree, rng)
+            out = work_root / "out"
+            out.mkdir()
+            if uid is not None:
+                _give(tree / self.course.package, uid)
+                _give(out, uid)
+            run = self._run(tree, out, uid, str(rng.getrandbits(64)))
             record.sandbox = run.level
-            _score(record, reference, run, report)
+            if self.unsafe:
+                record.flags.append(
+                    "graded with --unsafe: no sandbox, learner code ran with the grader's rights"
+                )
+            tests, summary, collect_errors = _read_report(out / "report.jsonl")
+            verdicts = verdict.read_verdicts(tests, disguises, reference.labs_of)
+            _score(record, reference, run, verdicts, summary, collect_errors)
         finally:
             shutil.rmtree(work_root, ignore_errors=True)
             record.seconds = round(time.perf_counter() - started, 2)
         return record
 
+    def _run(self, tree: Path, out: Path, uid: int | None, order_seed: str) -> sandbox.Sandboxed:
+        """Run the disguised focused tests in `tree`: in bubblewrap, or with limits only when unsafe."""
+        args = [*pytest_command(["--tb=no", "-p", verdict.ORDER_PLUGIN, "--pi-course-order", order_seed])[1:]]
+        if self.unsafe:
+            env = sandbox.minimal_env(
+                tree, {JSON_ENV: str(out / "report.jsonl"), "PYTHONPATH": str(self.kit_dir)}
+            )
+            env.pop("VIRTUAL_ENV", None)
+            return sandbox.run(
+                [sys.executable, *args], tree, env, self.limits, sandbox.LIMITS, out.parent / "output.log"
+            )
+        env = {
+            JSON_ENV: f"{bwrap.OUT}/report.jsonl",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+            "PYTHONIOENCODING": "utf-8",
+        }
+        return bwrap.sandboxed(tree, out, self.kit_dir, args, self.limits, uid, env)
+
     def _practice_checkpoint(self, folder: Path, record: LearnerRecord) -> Checkpoint | None:
-        if not folder.is_dir():
+        try:
+            with copying.open_dir(folder):
+                pass
+        except copying.Refused:
             record.message = "not a folder; give practice folders made by `pi-course practice`"
             return None
-        meta_path = folder / META
-        if self.checkpoint_override and _is_bare(folder) and (folder / self.course.package).is_dir():
+        if self.checkpoint_override and _is_bare(folder):
             return self._bare_checkpoint(folder, record)
-        if not meta_path.is_file() or meta_path.is_symlink():
+        try:
+            data = copying.read_file(folder, META.as_posix(), MAX_META_BYTES)
+        except copying.Refused as error:
+            record.message = clean(f"{META.as_posix()} cannot be read safely: {error}")
+            return None
+        if data is None:
             record.message = f"not a practice folder: no {META.as_posix()}"
             return None
         package = folder / self.course.package
@@ -224,33 +305,57 @@ class Grader:
             record.message = f"not a practice folder: no {self.course.package}/"
             return None
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            meta = json.loads(data.decode("utf-8"))
             wanted = self.checkpoint_override or str(meta["checkpoint"])
             return self.course.checkpoint(wanted)
         except (ValueError, KeyError, TypeError) as error:
-            record.message = f"{META.as_posix()} is unreadable ({error}); recreate it or pass --checkpoint"
+            record.message = clean(
+                f"{META.as_posix()} is unreadable ({error}); recreate it or pass --checkpoint"
+            )
         except ManifestError as error:
-            record.message = str(error)
+            record.message = clean(error)
         return None
 
     def _bare_checkpoint(self, folder: Path, record: LearnerRecord) -> Checkpoint | None:
         # A submission of just pi_course/ (Gradescope, an LMS upload): the checkpoint comes from --checkpoint.
-        if (folder / self.course.package).is_symlink():
-            record.message = f"not a submission: {self.course.package}/ is a symbolic link"
+        package = folder / self.course.package
+        if package.is_symlink() or not package.is_dir():
+            record.message = f"not a submission: {self.course.package}/ is missing or a symbolic link"
             return None
         record.flags.append(f"bare {self.course.package}/ submission (graded as --checkpoint)")
         return self.course.checkpoint(str(self.checkpoint_override))
 
 
+def _give(top: Path, uid: int) -> None:
+    """Hand a folder the grader made (and everything in it) to the sandbox uid."""
+    os.chown(top, uid, uid, follow_symlinks=False)
+    for folder, dirs, files in os.walk(top):
+        for name in dirs + files:
+            os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
+
+
+def _disguise_tests(
+    course: Course, checkpoint: Checkpoint, tree: Path, rng: random.Random
+) -> dict[str, verdict.Disguise]:
+    """Rewrite each staged focused test module with secret names and controls; the renamings by file name."""
+    disguises = {}
+    for relative in checkpoint.tree_tests:
+        path = tree / TESTS_DIR / Path(relative).name
+        source, disguise = verdict.disguise_module(path.read_text(encoding="utf-8"), rng)
+        path.write_text(source, encoding="utf-8")
+        disguises[path.name] = disguise
+    return disguises
+
+
 def _is_bare(folder: Path) -> bool:
     """A submission without the practice folder's meta.json (only its package, perhaps more)."""
-    return not (folder / META).exists()
+    return not os.path.lexists(folder / META)
 
 
 def _verdicts(reference: Reference, by_node: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
     """Each pristine test's outcome in run order; a test the learner's run did not report is "missing"."""
     return [
-        {"nodeid": node, "lab": lab, "outcome": str(by_node.get(node, {}).get("outcome", "missing"))}
+        {"nodeid": node, "lab": lab, "outcome": clean(by_node.get(node, {}).get("outcome", "missing"), 20)}
         for node, lab in reference.labs_of.items()
     ]
 
@@ -259,50 +364,46 @@ def edited_tests(course: Course, checkpoint: Checkpoint, folder: Path) -> list[s
     """The learner's copies of the focused tests (and pytest.ini) that differ from the kit's."""
     edited = []
     for name, source in test_files(course, checkpoint).items():
-        mine = folder / TESTS_DIR / name
         shown = f"{TESTS_DIR}/{name}"
-        if not mine.is_file() or mine.is_symlink():
-            edited.append(f"{shown} (missing)")
-        elif mine.read_bytes() != source.read_bytes():
+        expected = source.read_bytes()
+        try:
+            mine = copying.read_file(folder, shown, len(expected))
+        except copying.Refused:
             edited.append(f"{shown} (changed)")
-    ini = folder / "pytest.ini"
-    if (
-        not ini.is_file()
-        or ini.is_symlink()
-        or ini.read_text(encoding="utf-8", errors="replace") != pytest_ini(checkpoint)
-    ):
-        edited.append("pytest.ini (changed)" if ini.exists() else "pytest.ini (missing)")
+            continue
+        if mine is None:
+            edited.append(f"{shown} (missing)")
+        elif mine != expected:
+            edited.append(f"{shown} (changed)")
+    wanted = pytest_ini(checkpoint).encode("utf-8")
+    try:
+        ini = copying.read_file(folder, "pytest.ini", len(wanted))
+    except copying.Refused:
+        ini = b"\0"
+    if ini != wanted:
+        edited.append("pytest.ini (changed)" if ini is not None else "pytest.ini (missing)")
     return edited
 
 
-def safe_copy(source: Path, dest: Path) -> str | None:
-    """Copy regular files only (no symlinks, devices or caches), within size limits; a problem or None."""
-    total, count = 0, 0
-    dest.mkdir(parents=True)
-    for folder, dirs, files in os.walk(source, followlinks=False):
-        here = Path(folder)
-        target = dest / here.relative_to(source)
-        dirs[:] = [d for d in dirs if d not in ("__pycache__",) and not (here / d).is_symlink()]
-        for name in dirs:
-            (target / name).mkdir()
-        for name in files:
-            path = here / name
-            info = path.lstat()
-            if not stat.S_ISREG(info.st_mode) or name.endswith(".pyc"):
-                continue  # a symlink could point at the grader's own secrets
-            total, count = total + info.st_size, count + 1
-            if total > MAX_COPY_BYTES or count > MAX_COPY_FILES:
-                return f"pi_course/ is too large to grade (over {MAX_COPY_BYTES // 2**20} MiB or {MAX_COPY_FILES} files)"
-            shutil.copyfile(path, target / name, follow_symlinks=False)
-    return None
-
-
 def _read_report(report: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[dict[str, Any]]]:
+    """The run's records, read up to a size cap; a line that is not a record is dropped, not fatal."""
     try:
-        lines = report.read_text(encoding="utf-8", errors="replace").splitlines()[:10_000]
-        return read_records(lines)
-    except (OSError, ValueError, AttributeError, TypeError):
+        with report.open("rb") as handle:
+            data = handle.read(MAX_REPORT_BYTES)
+    except OSError:
         return [], None, []
+    tests: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    summary_record: dict[str, Any] | None = None
+    for line in data.decode("utf-8", "replace").splitlines()[:20_000]:
+        try:
+            found, closing, collect = read_records([line])
+        except (ValueError, AttributeError, TypeError):
+            continue
+        tests += [t for t in found if isinstance(t, dict)]
+        errors += [e for e in collect if isinstance(e, dict)]
+        summary_record = closing if isinstance(closing, dict) else summary_record
+    return tests, summary_record, errors
 
 
 def _lab_status(passed: int, total: int, records: list[dict[str, Any]], lab_id: str) -> str:
@@ -313,65 +414,65 @@ def _lab_status(passed: int, total: int, records: list[dict[str, Any]], lab_id: 
         return "failing"
     if passed or any(r.get("exc_lab") == lab_id for r in failures):
         return "failing" if passed else "not started"
-    blocked = [r.get("exc_lab") for r in failures if r.get("exc_lab") is not None]
+    blocked = [clean(r.get("exc_lab"), 20) for r in failures if r.get("exc_lab") is not None]
     return f"blocked by {blocked[0]}" if blocked else "not started"
 
 
-def _flags(texts: Iterable[str]) -> list[str]:
-    joined = "\n".join(texts)
+def _observed_flags(run: sandbox.Sandboxed) -> list[str]:
+    """Flags from what the grader itself saw (exit status, its own clock), never from learner output."""
     flags = []
-    if "MemoryError" in joined:
-        flags.append("memory limit reached")
-    if "Resource temporarily unavailable" in joined or "BlockingIOError" in joined:
-        flags.append("process limit reached")
-    if "Timeout" in joined:
-        flags.append("a test hit the per-test time limit")
+    signals = {
+        -9: "killed (SIGKILL)",
+        137: "killed (SIGKILL)",
+        -24: "CPU time limit reached",
+        152: "CPU time limit reached",
+    }
+    if run.returncode in signals and not run.timed_out:
+        flags.append(signals[run.returncode])
+    if run.returncode in (-25, 153):
+        flags.append("file size limit reached")
     return flags
 
 
-def _score(record: LearnerRecord, reference: Reference, run: sandbox.Sandboxed, report: Path) -> None:
-    tests, summary, collect_errors = _read_report(report)
-    by_node: dict[str, dict[str, Any]] = {}
-    for test in tests:
-        if isinstance(test, dict) and test.get("nodeid") in reference.labs_of:
-            by_node.setdefault(str(test["nodeid"]), test)
+def _score(
+    record: LearnerRecord,
+    reference: Reference,
+    run: sandbox.Sandboxed,
+    verdicts: verdict.Verdicts,
+    summary_record: dict[str, Any] | None,
+    collect_errors: list[dict[str, Any]],
+) -> None:
+    by_node = verdicts.by_node
     checkpoint = reference.checkpoint
     for lab in checkpoint.labs:
         nodes = [node for node, lab_id in reference.labs_of.items() if lab_id == lab.id]
         records = [by_node[node] for node in nodes if node in by_node]
         # Only a pristine test that ran and passed counts: skipped or missing tests never do.
-        passed = sum(1 for r in records if r.get("outcome") == "passed")
+        passed = 0 if verdicts.tampering else sum(1 for r in records if r.get("outcome") == "passed")
         failure = next((r for r in records if r.get("outcome") != "passed"), None)
-        message = str(failure.get("message") or failure.get("skip_reason") or "")[:300] if failure else ""
-        record.labs.append(
-            LabScore(
-                lab.id,
-                lab.title,
-                lab.optional,
-                passed,
-                len(nodes),
-                _lab_status(passed, len(nodes), records, lab.id),
-                message,
-            )
-        )
+        message = clean(failure.get("message") or failure.get("skip_reason") or "") if failure else ""
+        status = "tampering" if verdicts.tampering else _lab_status(passed, len(nodes), records, lab.id)
+        record.labs.append(LabScore(lab.id, lab.title, lab.optional, passed, len(nodes), status, message))
     required = [score for score in record.labs if not score.optional]
     record.passed = sum(s.passed for s in required)
-    record.tests = _verdicts(reference, by_node)
+    record.tests = _verdicts(reference, {} if verdicts.tampering else by_node)
     record.total = sum(s.total for s in required)
-    texts = [str(t.get("exc_type", "")) + " " + str(t.get("message", "")) for t in by_node.values()]
-    texts += [str(e.get("message", "")) for e in collect_errors if isinstance(e, dict)]
-    record.flags += _flags([*texts, run.output[-5000:]])
-    if run.setup_failed:
-        record.status, record.message = SANDBOX_ERROR, run.output.strip().splitlines()[-1]
+    # MemoryError is read from the structured verdict of a graded test, never from printed text.
+    if any(str(t.get("exc_type", "")) == "MemoryError" for t in by_node.values()):
+        record.flags.append("memory limit reached")
+    record.flags += _observed_flags(run)
+    if verdicts.tampering:
+        record.status, record.message = TAMPERING, ""
+        record.flags.append(TAMPERING_FLAG)
     elif run.timed_out:
         record.status = TIMEOUT
         record.message = f"stopped after the wall-time limit of {run.seconds:.0f}s (an endless loop?)"
     elif collect_errors and not by_node:
         record.status = ERROR
-        first = collect_errors[0] if isinstance(collect_errors[0], dict) else {}
-        where = f" at {first.get('location')}" if first.get("location") else ""
-        record.message = f"the package does not import{where}: {first.get('message', '')}"[:300]
-    elif summary is None:
+        first = collect_errors[0]
+        where = f" at {clean(first.get('location'), 200)}" if first.get("location") else ""
+        record.message = clean(f"the package does not import{where}: {first.get('message', '')}")
+    elif summary_record is None:
         record.status = CRASHED
         record.message = f"the test run ended without its report (exit code {run.returncode})"
     elif record.total and record.passed == record.total:

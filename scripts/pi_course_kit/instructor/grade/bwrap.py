@@ -1,0 +1,273 @@
+"""The grading sandbox: bubblewrap with an allow-listed file system, for root and non-root alike.
+
+Inside: the base interpreter and the few installed packages the focused tests import (read-only),
+the learner's staged tree (only `pi_course/` writable), a size-limited private /tmp, no network,
+IPC, UTS or other processes (own PID namespace: every process dies with the run). As root, bwrap
+sets the namespaces up and `setpriv` then drops to an unprivileged uid of the grading slot, so
+learner code never runs as uid 0. Without root, bwrap uses an unprivileged user namespace.
+Resource limits are applied inside by `prlimit`, right before the interpreter starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pi_course_kit.instructor.grade.sandbox import Limits, Sandboxed
+
+BWRAP, UNSAFE = "bwrap", "limits (--unsafe)"
+TREE, OUT, SITE, KIT = "/grade/tree", "/grade/out", "/grade/site", "/grade/kit"
+# What the focused tests and the report import besides the standard library and pi_course.
+PACKAGES = (
+    "pytest",
+    "_pytest",
+    "pluggy",
+    "iniconfig",
+    "packaging",
+    "pytest_timeout",
+    "hypothesis",
+    "sortedcontainers",
+    "attr",
+    "attrs",
+    "exceptiongroup",
+    "tomli",
+)
+SYSTEM = ("/usr", "/etc/ld.so.cache", "/etc/alternatives")
+FIRST_UID, UID_SLOTS = 200_000, 4096
+SCRATCH_BYTES = 64 * 1024 * 1024
+
+FIX = {
+    "missing": "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`)",
+    "userns": (
+        "unprivileged user namespaces are blocked here. On Ubuntu >= 23.10 allow them for bwrap with an "
+        "AppArmor profile (`/etc/apparmor.d/bwrap` with `userns,`) or `sysctl kernel.apparmor_restrict_unprivileged_userns=0`; "
+        "elsewhere `sysctl kernel.unprivileged_userns_clone=1` / `user.max_user_namespaces=15000`; in a container, "
+        "run it with a seccomp profile that allows clone(CLONE_NEWUSER), or grade as root with CAP_SYS_ADMIN"
+    ),
+    "root": (
+        "running as root without CAP_SYS_ADMIN (a default container?): bwrap cannot build namespaces, and learner "
+        "code must never run as uid 0; grade as a non-root user (bwrap then uses a user namespace), or give the "
+        "container CAP_SYS_ADMIN (e.g. `docker run --cap-add SYS_ADMIN --security-opt seccomp=unconfined`)"
+    ),
+}
+
+
+class SandboxUnavailable(Exception):
+    """No sandbox can be built here; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the start-up probe found: the level grading runs at, and a one-line description."""
+
+    level: str
+    message: str
+
+
+def site_paths() -> list[Path]:
+    """The installed files of the packages the tests import (directories or single modules)."""
+    paths = []
+    for name in PACKAGES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        origin = getattr(module, "__file__", None)
+        if origin is None:
+            continue
+        path = Path(origin)
+        paths.append(path.parent if path.name == "__init__.py" else path)
+    return paths
+
+
+def interpreter() -> tuple[Path, Path]:
+    """The real interpreter binary and the base installation it belongs to (never the venv)."""
+    return Path(os.path.realpath(sys.executable)), Path(sys.base_prefix)
+
+
+def command(
+    tree: Path,
+    out: Path,
+    kit: Path | None,
+    args: Sequence[str],
+    limits: Limits,
+    uid: int | None,
+    env: Mapping[str, str],
+) -> list[str]:
+    """The full bwrap command line that runs `python ARGS` in the staged `tree`."""
+    python, base = interpreter()
+    argv = ["bwrap", "--die-with-parent", "--new-session", "--clearenv"]
+    if uid is None:
+        argv += ["--unshare-all", "--disable-userns"]
+    else:
+        # As root: no user namespace (its only mapped uid would be 0); setpriv drops to `uid` below.
+        argv += ["--unshare-net", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    for system in SYSTEM:
+        if os.path.exists(system):
+            argv += ["--ro-bind", system, system]
+    for link in ("bin", "lib", "lib64", "sbin"):
+        if os.path.islink(f"/{link}"):
+            argv += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
+        elif os.path.isdir(f"/{link}"):
+            argv += ["--ro-bind", f"/{link}", f"/{link}"]
+    for path in (base, python) if not python.is_relative_to(base) else (base,):
+        # bwrap would copy the modes of the real parents (e.g. /root 0700): open them for the sandbox uid.
+        for parent in reversed(path.parents[:-1]):
+            argv += ["--perms", "0755", "--dir", str(parent)]
+        argv += ["--ro-bind", str(path), str(path)]
+    for folder in ("/grade", SITE):
+        argv += ["--perms", "0755", "--dir", folder]
+    for path in site_paths():
+        argv += ["--ro-bind", str(path), f"{SITE}/{path.name}"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    # /dev/shm and /tmp: small private tmpfs; /dev itself read-only so nothing else there takes memory.
+    argv += ["--size", str(4096), "--tmpfs", "/dev/shm", "--remount-ro", "/dev/shm", "--remount-ro", "/dev"]
+    argv += ["--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp"]
+    argv += ["--bind", str(tree), TREE, "--bind", str(out), OUT, "--chdir", TREE]
+    if kit is not None:
+        argv += ["--ro-bind", str(kit), KIT]
+    for key, value in {
+        **env,
+        "PYTHONPATH": f"{SITE}:{KIT}" if kit is not None else SITE,
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "PATH": "/usr/bin:/bin",
+    }.items():
+        argv += ["--setenv", key, value]
+    if uid is not None:
+        argv += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+        argv += ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+    argv += [
+        "/usr/bin/prlimit",
+        f"--as={limits.memory_bytes}",
+        f"--cpu={limits.cpu_seconds}",
+        f"--nproc={limits.processes}",
+        f"--fsize={limits.file_bytes}",
+        f"--nofile={limits.open_files}",
+        "--core=0",
+        "--",
+        str(python),
+        "-s",
+        "-P",
+        *args,
+    ]
+    return argv
+
+
+def run(argv: Sequence[str], log: Path, wall_seconds: float) -> tuple[int, bool, float]:
+    """Run a sandbox command with output to `log`; kill the whole session at the wall time."""
+    started = time.perf_counter()
+    timed_out = False
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            returncode = process.wait(timeout=wall_seconds)
+        except subprocess.TimeoutExpired:
+            timed_out, returncode = True, -signal.SIGKILL
+        finally:
+            # bwrap's PID namespace kills every process of the run when its init ends; killing the
+            # session also ends bwrap itself if it is still there.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return returncode, timed_out, time.perf_counter() - started
+
+
+def read_tail(log: Path, limit: int = 200_000) -> str:
+    """The last `limit` bytes of a log, read without loading a huge file."""
+    try:
+        with log.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - limit))
+            return handle.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def sandboxed(
+    tree: Path,
+    out: Path,
+    kit: Path | None,
+    args: Sequence[str],
+    limits: Limits,
+    uid: int | None,
+    env: Mapping[str, str],
+) -> Sandboxed:
+    """Run `python ARGS` in the sandbox and report how it ended."""
+    log = out.parent / "output.log"
+    argv = command(tree, out, kit, args, limits, uid, env)
+    returncode, timed_out, seconds = run(argv, log, limits.wall_seconds)
+    return Sandboxed(returncode, timed_out, read_tail(log), BWRAP, seconds)
+
+
+def probe(scratch: Path, uid: int | None) -> Probe:
+    """Try the sandbox once; raise SandboxUnavailable with the fix when it cannot be built."""
+    if not sys.platform.startswith("linux"):
+        raise SandboxUnavailable(
+            "grading needs Linux with bubblewrap; elsewhere pass --unsafe (no isolation)"
+        )
+    if shutil.which("bwrap") is None:
+        raise SandboxUnavailable(f"bubblewrap (`bwrap`) is not installed: {FIX['missing']}")
+    tree, out = scratch / "probe-tree", scratch / "probe-out"
+    tree.mkdir(exist_ok=True)
+    out.mkdir(exist_ok=True)
+    if uid is not None:
+        os.chown(tree, uid, uid)
+        os.chown(out, uid, uid)
+    check = "import os, pytest, hypothesis; assert os.getuid() != 0; open('/grade/out/ok', 'w').write('ok')"
+    result = sandboxed(tree, out, None, ["-c", check], Limits(wall_seconds=60), uid, {})
+    if result.returncode == 0 and (out / "ok").is_file():
+        who = f"as uid {uid} (root drops privileges)" if uid is not None else "in a user namespace"
+        return Probe(BWRAP, f"bubblewrap sandbox {who}: no network, allow-listed files, private /tmp")
+    reason = result.output.strip().splitlines()[-1] if result.output.strip() else f"exit {result.returncode}"
+    fix = FIX["root"] if uid is not None else FIX["userns"]
+    raise SandboxUnavailable(f"the bubblewrap sandbox does not work here ({reason[:200]}): {fix}")
+
+
+class UidPool:
+    """Unprivileged uids claimed with lock files, so concurrent batches never share one."""
+
+    def __init__(self, count: int, lock_dir: Path | None = None) -> None:
+        self.lock_dir = lock_dir or Path(tempfile.gettempdir()) / "pi-course-grade-uids"
+        self.lock_dir.mkdir(mode=0o700, exist_ok=True)
+        self.uids: list[int] = []
+        self._handles: list[int] = []
+        for slot in range(UID_SLOTS):
+            if len(self.uids) == count:
+                break
+            handle = os.open(
+                self.lock_dir / f"{FIRST_UID + slot}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
+            )
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(handle)
+                continue
+            self.uids.append(FIRST_UID + slot)
+            self._handles.append(handle)
+        if len(self.uids) < count:
+            raise SandboxUnavailable(f"no free sandbox uids left in {self.lock_dir}; wait for other batches")
+
+    def close(self) -> None:
+        """Release the uids (the kernel releases them too when the grader dies)."""
+        for handle in self._handles:
+            os.close(handle)
+        self._handles = []
