@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
+import re
 import sys
 import types
 from pathlib import Path
 
-import nbformat
 import pytest
 from conftest import FIRST_RED_06
 from nbformat import NotebookNode
@@ -17,6 +16,7 @@ from pi_course_kit import cli
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.staging import stage_tree
+from pi_course_kit.learner import practice
 from pi_course_kit.notebook import helpers as nbhelp
 from pi_course_kit.notebook import nbrun
 from pi_course_kit.teaching import adapters
@@ -44,14 +44,8 @@ def repo_executed(notebook_path: Path) -> NotebookNode:
 def practice_executed(
     course: Course, checkpoint: Checkpoint, notebook_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, NotebookNode]:
-    """A fresh practice-like folder (the starter, the notebook at its root), run from that folder's cwd."""
-    folder = stage_tree(
-        course, checkpoint, course.root / checkpoint.starter, tmp_path_factory.mktemp("practice") / "p06"
-    )
-    shutil.copyfile(notebook_path, folder / notebook_path.name)
-    meta = folder / ".pi-course" / "meta.json"
-    meta.parent.mkdir()
-    meta.write_text(json.dumps({"checkpoint": checkpoint.id}), encoding="utf-8")
+    """A fresh practice folder made by `pi-course practice`, its notebook run from that folder's cwd."""
+    folder = practice.create(course, checkpoint, tmp_path_factory.mktemp("practice") / "p06")
     executed = nbrun.execute(nbrun.load(folder / notebook_path.name), cwd=folder, env=nbrun.kernel_env(None))
     return folder, executed
 
@@ -88,22 +82,6 @@ def stream_text(cell: NotebookNode) -> str:
 # ----------------------------------------------------------------------------- structure, no kernel
 
 
-def test_every_checkpoint_notebook_is_valid_nbformat(course: Course) -> None:
-    """Does every notebook named in the manifest exist and pass nbformat.validate?"""
-    for checkpoint in course.checkpoints:
-        nb = nbrun.load(course.root / checkpoint.notebook)
-        assert nbrun.validation_errors(nb) == []
-        nbformat.validate(nb)
-
-
-def test_every_code_cell_names_its_step(stored: NotebookNode) -> None:
-    """Does each code cell start with a `# Step N · ...` comment, the first one choosing the tree?"""
-    cells = code_cells(stored)
-    assert all(cell.source.startswith("# Step ") and " · " in cell.source.splitlines()[0] for cell in cells)
-    assert "use_tree()" in cells[0].source
-    assert stored.metadata["kernelspec"]["name"] == nbrun.KERNEL_NAME
-
-
 def test_the_notebook_walks_the_chapter_in_order(stored: NotebookNode) -> None:
     """Do the sections come in the chapter's order, from the echo call to the comparison with upstream?"""
     text = "\n".join(cell.source for cell in stored.cells)
@@ -129,32 +107,7 @@ def test_the_notebook_walks_the_chapter_in_order(stored: NotebookNode) -> None:
     assert positions == sorted(positions)
 
 
-def test_stored_outputs_hold_no_volatile_values(stored: NotebookNode) -> None:
-    """Are the committed outputs free of raw timestamps, memory addresses and temp paths, and not empty?"""
-    outputs = [out for cell in code_cells(stored) for out in cell.outputs]
-    assert outputs, "the notebook is committed without outputs; run " + nbrun.REFRESH_COMMAND
-    raw = json.dumps(outputs, ensure_ascii=False)
-    assert nbrun.normalise_text(raw) == raw
-    assert "<int ms>" in raw
-
-
 # ----------------------------------------------------------------------------- executed notebooks
-
-
-@pytest.mark.slow
-def test_solution_run_has_no_error_outputs(repo_executed: NotebookNode) -> None:
-    """Run from the repository, does every cell of the notebook finish without an error output?"""
-    assert nbrun.cell_errors(repo_executed) == []
-    first = stream_text(code_cells(repo_executed)[0])
-    assert "solutions/06-tool-contract" in first
-
-
-@pytest.mark.slow
-def test_stored_outputs_are_fresh(
-    checkpoint: Checkpoint, stored: NotebookNode, repo_executed: NotebookNode
-) -> None:
-    """Do the committed outputs equal a fresh solution run (timestamps, addresses, counts, durations aside)?"""
-    assert nbrun.stale_cells(stored, repo_executed, path=checkpoint.notebook) == []
 
 
 @pytest.mark.slow
@@ -162,20 +115,14 @@ def test_solution_run_shows_each_trace_stopping_where_the_chapter_says(repo_exec
     """Does the side-by-side trace cell show parse, lookup and execute as the stops of the three failures?"""
     cell = next(c for c in code_cells(repo_executed) if "side_by_side(" in c.source and "explode" in c.source)
     plain = "".join(out.data["text/plain"] for out in cell.outputs if "data" in out)
-    assert "success: lookup ✓ → parse ✓ → execute ✓ → result ✓ (count=1, paired call-1/echo)" in plain
-    assert "bad arguments: lookup ✓ → parse ✗ → execute · → result ✓ (count=0" in plain
-    assert "unknown tool: lookup ✗ → parse · → execute · → result ✓ (count=0, paired call-1/missing)" in plain
-    assert "tool raised: lookup ✓ → parse ✓ → execute ✗" in plain
+    assert "成功: lookup ✓ → parse ✓ → execute ✓ → result ✓（执行 1 次，配对 call-1/echo）" in plain
+    assert "参数类型错: lookup ✓ → parse ✗ → execute · → result ✓（执行 0 次" in plain
+    assert (
+        "工具名不存在: lookup ✗ → parse · → execute · → result ✓（执行 0 次，配对 call-1/missing）" in plain
+    )
+    assert "工具抛异常: lookup ✓ → parse ✓ → execute ✗" in plain
     html = "".join(out.data["text/html"] for out in cell.outputs if "data" in out)
     assert html.count("pi-trace-stage pi-trace-stopped") == 3
-
-
-@pytest.mark.slow
-def test_starter_has_only_lab_errors_in_tagged_cells(
-    notebook_path: Path, course: Course, checkpoint: Checkpoint
-) -> None:
-    """Against the starter, does notebook_errors find nothing but expected, tagged LabNotImplemented errors?"""
-    assert nbrun.notebook_errors(notebook_path, course.root / checkpoint.starter, allow_lab_errors=True) == []
 
 
 @pytest.mark.slow
@@ -202,8 +149,11 @@ def test_practice_check_cell_reports_the_lab_as_not_started(
     cell = next(c for c in code_cells(executed) if 'check("6.1")' in c.source)
     plain = "".join(out.data["text/plain"] for out in cell.outputs if "data" in out)
     html = "".join(out.data["text/html"] for out in cell.outputs if "data" in out)
-    assert "Lab 6.1: 0/" in plain and "not started" in plain
-    assert "<table>" in html and "Lab 6.1 not implemented" in html
+    assert "Lab 6.1：0/" in plain and "未开始" in plain
+    assert "<table" in html and "Lab 6.1 not implemented" in html
+    # Many tests fail on the same stub: each message is shown once, with its count.
+    shown = re.findall(r"<code[^>]*>(Lab 6\.1 not implemented: \w+)</code>", html)
+    assert shown and len(shown) == len(set(shown))
 
 
 @pytest.mark.slow
@@ -282,9 +232,12 @@ def test_find_tree_from_notebooks_folder_picks_the_solution(
 ) -> None:
     """Started in the repository's notebooks/ folder, does the notebook choose the solution tree?"""
     monkeypatch.delenv(nbhelp.TREE_ENV, raising=False)
-    tree = nbhelp.find_tree(course.root / "notebooks")
+    tree = nbhelp.find_tree(course.root / "notebooks", checkpoint.id)
     assert tree.path == (course.root / checkpoint.solution).resolve()
     assert tree.kind == "solution" and tree.shown.startswith("../solutions/06-tool-contract")
+    # The engine never guesses a checkpoint: a notebook in the repository has to name its own.
+    with pytest.raises(KitError, match=r"name the checkpoint: use_tree"):
+        nbhelp.find_tree(course.root / "notebooks")
 
 
 def test_find_tree_prefers_the_override_then_a_practice_folder(
@@ -293,9 +246,9 @@ def test_find_tree_prefers_the_override_then_a_practice_folder(
     """Is PI_COURSE_TREE used first, a cwd holding pi_course next, and a bad override refused clearly?"""
     practice = stage_tree(course, checkpoint, course.root / checkpoint.starter, tmp_path / "practice")
     monkeypatch.delenv(nbhelp.TREE_ENV, raising=False)
-    assert nbhelp.find_tree(practice).kind == "practice"
+    assert nbhelp.find_tree(practice, checkpoint.id).kind == "practice"
     monkeypatch.setenv(nbhelp.TREE_ENV, str(course.root / checkpoint.solution))
-    assert nbhelp.find_tree(practice).path == (course.root / checkpoint.solution).resolve()
+    assert nbhelp.find_tree(practice, checkpoint.id).path == (course.root / checkpoint.solution).resolve()
     monkeypatch.setenv(nbhelp.TREE_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(KitError, match=r"PI_COURSE_TREE=.*has no pi_course/__init__\.py"):
         nbhelp.find_tree(practice)
@@ -315,8 +268,8 @@ def test_use_tree_puts_the_tree_first_and_refuses_another_imported_pi_course(
     monkeypatch.delenv(nbhelp.TREE_ENV, raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
     practice = stage_tree(course, checkpoint, course.root / checkpoint.starter, tmp_path / "practice")
-    assert nbhelp.use_tree(cwd=practice) == practice.resolve()
-    nbhelp.use_tree(cwd=practice)
+    assert nbhelp.use_tree(checkpoint.id, cwd=practice) == practice.resolve()
+    nbhelp.use_tree(checkpoint.id, cwd=practice)
     assert sys.path[0] == str(practice.resolve()) and sys.path.count(str(practice.resolve())) == 1
     assert "练习目录：practice" in capsys.readouterr().out
     # A stand-in module object: the kit process itself never imports the real pi_course.
@@ -324,7 +277,7 @@ def test_use_tree_puts_the_tree_first_and_refuses_another_imported_pi_course(
     other.__file__ = str(course.root / checkpoint.solution / "pi_course" / "__init__.py")
     monkeypatch.setitem(sys.modules, "pi_course", other)
     with pytest.raises(KitError, match=r"a different pi_course is already imported .*restart the kernel"):
-        nbhelp.use_tree(cwd=practice)
+        nbhelp.use_tree(checkpoint.id, cwd=practice)
 
 
 def test_show_hides_the_timestamp_and_never_prints_an_address(capsys: pytest.CaptureFixture[str]) -> None:

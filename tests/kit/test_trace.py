@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import pytest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.staging import stage_tree
-from pi_course_kit.teaching.trace import CallTrace, side_by_side, trace_call
+from pi_course_kit.teaching.trace import CallTrace, outcome_table, side_by_side, trace_call
 
 # ----------------------------------------------------------------------------- duck-typed stand-ins
 # These mimic pi_course's shapes so that the tracer can be tested in the kit process, which must never
@@ -176,7 +176,7 @@ def test_success_records_every_stage_in_order_with_inputs_and_outputs() -> None:
     assert rows["parse"]["output"] == {"value": "Pi"}
     assert rows["execute"]["input"] == {
         "parameters": {"value": "Pi"},
-        "context": {"call_id": "call-1", "signal": "None", "report_progress": "None"},
+        "context": {"call_id": "call-1", "signal": None, "report_progress": None},
     }
     assert rows["result"]["output"]["timestamp"] == "<int ms>"
     assert trace.stopped_at is None and trace.paired and trace.execute_count == 1
@@ -263,11 +263,59 @@ def test_text_form_marks_the_stop_and_side_by_side_gives_one_line_per_trace() ->
     """In a terminal, is the stopped stage flagged, and does a group print one summary line per trace?"""
     good = run(ECHO_CALL, Registry(make_echo()))
     bad = run(Call("call-1", "echo", {"value": 1}), Registry(make_echo()))
-    assert "[parse] stopped  ← stopped here" in str(bad) and "← stopped" not in str(good)
+    assert "[parse] 停在这里  ← 停在这里" in str(bad) and "← 停在这里" not in str(good)
     group = side_by_side(good, bad)
     assert str(group).splitlines() == [good.summary(), bad.summary()]
     assert "parse ✗ → execute ·" in bad.summary()
-    assert group._repr_html_().count("execute count") == 2
+    assert group._repr_html_().count("execute 运行次数") == 2
+
+
+def test_parse_box_names_and_marks_the_dropped_key() -> None:
+    """Does the parse stage say which undeclared key it dropped, marked in the HTML box?"""
+    trace = run(ECHO_CALL, Registry(make_echo()))
+    parse = next(row for row in trace.rows() if row.stage == "parse")
+    assert parse.note == "丢弃了未声明的键：ignored"
+    assert "✂ 丢弃了未声明的键：ignored" in trace._repr_html_()
+    clean = run(Call("call-1", "echo", {"value": "Pi"}), Registry(make_echo()))
+    assert "丢弃" not in clean._repr_html_()
+
+
+def test_side_by_side_is_one_grid_with_stages_in_the_same_rows() -> None:
+    """Is a group one CSS grid whose cells go row by row, so the N-th stage of each column shares a row?"""
+    good = run(ECHO_CALL, Registry(make_echo()))
+    bad = run(Call("call-1", "missing", {}), Registry(make_echo()))
+    page = side_by_side(good, bad)._repr_html_()
+    assert page.count("display:grid") == 1 and "repeat(2,minmax(200px,1fr))" in page
+    stages = [chunk.split("</b>")[0] for chunk in page.split("pi-trace-stage ")[1:]]
+    order = [part.split("<b>")[1] for part in stages]
+    assert order == ["lookup", "lookup", "parse", "parse", "execute", "execute", "result", "result"]
+
+
+def test_result_box_shows_text_pairing_and_flag_with_the_wire_json_collapsed() -> None:
+    """Does the result box show content text, pairing and is_error, with the full JSON inside <details>?"""
+    trace = run(Call("call-1", "echo", {"value": 1}), Registry(make_echo()))
+    result = trace._repr_html_().split("pi-trace-stage pi-trace-returned")[1]
+    assert "Tool echo failed: 必须是 string" in result and "call-1/echo 配对 ✓ · is_error=true" in result
+    assert result.index("<details>") < result.index("&quot;toolCallId&quot;")
+
+
+def test_every_rendering_carries_its_colour_legend() -> None:
+    """Does a single trace and a group each include the legend that explains the colours?"""
+    trace = run(ECHO_CALL, Registry(make_echo()))
+    for page in (trace._repr_html_(), side_by_side(trace, trace)._repr_html_()):
+        assert "调用停在这里" in page and "已回答，但 is_error=True" in page
+
+
+def test_outcome_table_has_one_row_per_case() -> None:
+    """Does the failure comparison give case, stopped-at stage, content text, is_error and count per trace?"""
+    bad = run(Call("call-1", "echo", {"value": 1}), Registry(make_echo()), title="bad")
+    unknown = run(Call("call-1", "missing", {}), Registry(make_echo()), title="unknown")
+    view = outcome_table(bad, unknown)
+    assert [list(row) for row in view.rows] == [
+        ["bad", "parse", "Tool echo failed: 必须是 string", "true", 0],
+        ["unknown", "lookup", "Tool missing failed: 未知工具", "true", 0],
+    ]
+    assert "<th style='text-align:left" in view._repr_html_()
 
 
 def test_rendering_has_no_memory_addresses_or_raw_timestamps() -> None:

@@ -15,10 +15,25 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pi_course_kit.notebook.helpers import compact, plain
+from pi_course_kit.notebook.views import MONO, Table, compact, json_html, plain
 
 STAGES = ("lookup", "parse", "execute", "result")
 OK, STOPPED, NOT_REACHED, RAISED, RETURNED = "ok", "stopped", "not reached", "raised", "returned"
+# What a learner reads for each status (course language; a gettext catalog can take these over).
+STATUS_TEXT = {OK: "通过", STOPPED: "停在这里", NOT_REACHED: "未到达", RAISED: "抛出异常", RETURNED: "已返回"}
+# (border, background) per kind of box; the legend is drawn from the same table.
+COLOURS = {
+    "ok": ("#1a7f37", "#ffffff"),
+    "stopped": ("#cf222e", "#ffebe9"),
+    "not reached": ("#d0d7de", "#f6f8fa"),
+    "answered-error": ("#bf8700", "#fff8c5"),
+}
+LEGEND = {
+    "ok": "通过",
+    "stopped": "调用停在这里",
+    "not reached": "没有走到",
+    "answered-error": "已回答，但 is_error=True",
+}
 
 Executor = Callable[..., Awaitable[Any]]
 
@@ -79,6 +94,10 @@ class _TracingSchema:
         event.output = _snapshot(parsed)
         if value is parsed:
             event.note = "parse 返回了原对象，而不是新 dict"
+        elif isinstance(value, dict) and isinstance(parsed, dict):
+            dropped = [str(key) for key in value if key not in parsed]
+            if dropped:
+                event.note = "丢弃了未声明的键：" + "、".join(dropped)
         return parsed
 
     def __getattr__(self, name: str) -> Any:
@@ -114,10 +133,10 @@ class _TracingTool:
         return output
 
     def _context(self, context: Any) -> dict[str, object]:
-        def same(name: str, expected: object) -> str:
+        def same(name: str, expected: object) -> str | None:
             value = getattr(context, name, None)
             if value is None:
-                return "None"
+                return None  # shown as JSON null, like any other absent value
             return "同一个对象 ✓" if value is expected else "另一个对象 ✗"
 
         return {
@@ -221,80 +240,137 @@ class CallTrace:
             "paired": self.paired,
         }
 
+    def content_text(self) -> str:
+        """The text blocks of the result's content, joined: what the model reads next."""
+        data = plain(self.result)
+        if not isinstance(data, dict):
+            return ""
+        blocks = data.get("content")
+        if not isinstance(blocks, list):
+            return ""
+        return "".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict))
+
+    def is_error(self) -> object:
+        """The result's isError flag (None when there is no result)."""
+        data = plain(self.result)
+        return data.get("isError") if isinstance(data, dict) else None
+
     def summary(self) -> str:
         """One line: each stage with its mark, e.g. `lookup ✓ → parse ✗ → execute · → result ✓`."""
         marks = {OK: "✓", STOPPED: "✗", NOT_REACHED: "·", RAISED: "✗", RETURNED: "✓"}
         parts = [f"{row.stage} {marks[row.status]}" for row in self.rows()]
-        tail = f"count={self.execute_count}"
-        tail += (
-            f", paired {self.expected_pairing[0]}/{self.expected_pairing[1]}" if self.paired else ", unpaired"
-        )
-        return f"{self.title}: " + " → ".join(parts) + f" ({tail})"
+        call_id, name = self.expected_pairing
+        tail = f"执行 {self.execute_count} 次，" + (f"配对 {call_id}/{name}" if self.paired else "未配对")
+        return f"{self.title}: " + " → ".join(parts) + f"（{tail}）"
 
     def _shown(self, row: Event) -> list[tuple[str, object]]:
         """The in/out values worth printing for a row (a lookup that found nothing shows `out: null`)."""
-        shown = [("in", row.input)] if row.input is not None else []
+        shown = [("输入", row.input)] if row.input is not None else []
         if row.output is not None or (row.stage == "lookup" and row.status != NOT_REACHED):
-            shown.append(("out", row.output))
+            shown.append(("输出", row.output))
         return shown
 
     def __str__(self) -> str:
-        lines = [f"trace · {self.title}", f"  call {compact(self.call)}"]
+        lines = [f"追踪 · {self.title}", f"  调用 {compact(self.call)}"]
         for row in self.rows():
-            stop = "  ← stopped here" if row.status in (STOPPED, RAISED) else ""
-            lines.append(f"[{row.stage}] {row.status}{stop}")
-            lines += [f"    {label:<5} {compact(value)}" for label, value in self._shown(row)]
+            stop = "  ← 停在这里" if row.status in (STOPPED, RAISED) else ""
+            lines.append(f"[{row.stage}] {STATUS_TEXT[row.status]}{stop}")
+            if row.stage == "result" and row.status == RETURNED:
+                lines.append(f"    正文  {self.content_text()}")
+            else:
+                lines += [f"    {label}  {compact(value)}" for label, value in self._shown(row)]
             if row.error:
-                lines.append(f"    error {row.error}")
+                lines.append(f"    错误  {row.error}")
             if row.note:
-                lines.append(f"    note  {row.note}")
-        lines.append(f"execute count: {self.execute_count}")
+                lines.append(f"    说明  {row.note}")
+        lines.append(f"execute 运行次数：{self.execute_count}")
         return "\n".join(lines)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        return f"<div style='font-family:sans-serif;font-size:12px'>{self._html_column()}</div>"
+        return render_grid([self])
 
-    def _html_column(self) -> str:
-        esc = html.escape
-        boxes = []
-        for row in self.rows():
-            red = row.status in (STOPPED, RAISED)
-            grey = row.status == NOT_REACHED
+    def _kind(self, row: Event) -> str:
+        if row.status in (STOPPED, RAISED):
+            return "stopped"
+        if row.status == NOT_REACHED:
+            return "not reached"
+        if row.status == RETURNED and self.is_error() is True:
             # An error answer is not where the call stopped: amber, not red.
-            amber = row.status == RETURNED and "is_error=True" in row.note
-            border = "#cf222e" if red else "#d0d7de" if grey else "#bf8700" if amber else "#1a7f37"
-            background = "#ffebe9" if red else "#f6f8fa" if grey else "#ffffff"
-            colour = "#8c959f" if grey else "#1f2328"
-            parts = [f"<b>{esc(row.stage)}</b> <i>{esc(row.status)}</i>"]
+            return "answered-error"
+        return "ok"
+
+    def _box(self, row: Event, first: bool) -> str:
+        esc = html.escape
+        border, background = COLOURS[self._kind(row)]
+        colour = "#8c959f" if row.status == NOT_REACHED else "#1f2328"
+        parts = [f"<b>{esc(row.stage)}</b> <i>{esc(STATUS_TEXT[row.status])}</i>"]
+        if row.stage == "result" and row.status == RETURNED:
+            call_id, name = self.expected_pairing
+            pairing = f"{call_id}/{name} " + ("配对 ✓" if self.paired else "未配对 ✗")
+            parts += [
+                f'<div>正文 <code style="{MONO}">{esc(self.content_text())}</code></div>',
+                f"<div>{esc(pairing)} · is_error={esc(compact(self.is_error()))}</div>",
+                json_html(self.result, "完整的 toolResult（wire JSON）", open_lines=0),
+            ]
+        else:
             parts += [
                 f"<div><span style='color:#57606a'>{label}</span> "
-                f"<code style='white-space:pre-wrap;word-break:break-word'>{esc(compact(value))}</code></div>"
+                f'<code style="{MONO};white-space:pre-wrap;word-break:break-word">{esc(compact(value))}</code></div>'
                 for label, value in self._shown(row)
             ]
-            if row.error:
-                parts.append(f"<div style='color:#cf222e'><b>{esc(row.error)}</b></div>")
             if row.note:
-                parts.append(f"<div>{esc(row.note)}</div>")
-            boxes.append(
-                f"<div class='pi-trace-stage pi-trace-{row.status.replace(' ', '-')}' style='border:2px solid "
-                f"{border};background:{background};color:{colour};border-radius:6px;padding:4px 6px;"
-                f"margin:4px 0'>{''.join(parts)}</div>"
-            )
-        arrow = "<div style='text-align:center;color:#8c959f'>↓</div>"
-        call = esc(compact(self.call))
+                # The dropped keys are the chapter's point: mark them, do not just mention them.
+                dropped = row.note.startswith("丢弃")
+                style = "color:#cf222e;font-weight:bold" if dropped else "color:#57606a"
+                parts.append(f"<div style='{style}'>{'✂ ' if dropped else ''}{esc(row.note)}</div>")
+        if row.error:
+            parts.append(f"<div style='color:#cf222e'><b>{esc(row.error)}</b></div>")
+        arrow = "" if first else "<div style='text-align:center;color:#8c959f;line-height:1'>↓</div>"
         return (
-            f"<div style='min-width:220px;flex:1'><div><b>{esc(self.title)}</b></div>"
-            f"<code style='white-space:pre-wrap;word-break:break-word;color:#57606a'>{call}</code>"
-            f"{arrow.join(boxes)}<div>execute count: <b>{self.execute_count}</b></div></div>"
+            f"<div>{arrow}<div class='pi-trace-stage pi-trace-{row.status.replace(' ', '-')}' "
+            f"style='border:2px solid {border};background:{background};color:{colour};border-radius:6px;"
+            f"padding:4px 6px;height:calc(100% - 18px);box-sizing:border-box'>{''.join(parts)}</div></div>"
         )
+
+
+def legend() -> str:
+    """The colour legend, as part of every rendered trace."""
+    items = "".join(
+        f"<span style='display:inline-block;margin-right:12px'><span style='display:inline-block;width:12px;"
+        f"height:12px;border:2px solid {COLOURS[kind][0]};background:{COLOURS[kind][1]};border-radius:3px;"
+        f"vertical-align:middle'></span> {html.escape(text)}</span>"
+        for kind, text in LEGEND.items()
+    )
+    return f"<div style='margin:2px 0 6px 0;color:#57606a'>{items}</div>"
+
+
+def render_grid(traces: Sequence[CallTrace]) -> str:
+    """Traces as the columns of one CSS grid: row N of every column is the N-th stage, so stages line up."""
+    esc = html.escape
+    columns = [trace.rows() for trace in traces]
+    depth = max(len(rows) for rows in columns)
+    cells = [
+        f'<div><b>{esc(t.title)}</b><div><code style="{MONO};color:#57606a;word-break:break-word">'
+        f"{esc(compact(t.call))}</code></div></div>"
+        for t in traces
+    ]
+    for index in range(depth):
+        for trace, rows in zip(traces, columns, strict=True):
+            cells.append(trace._box(rows[index], index == 0) if index < len(rows) else "<div></div>")
+    cells += [f"<div>execute 运行次数：<b>{t.execute_count}</b></div>" for t in traces]
+    grid = (
+        f"<div style='display:grid;grid-template-columns:repeat({len(traces)},minmax(200px,1fr));"
+        f"column-gap:10px;row-gap:2px;align-items:stretch'>{''.join(cells)}</div>"
+    )
+    return f"<div style='font-size:12px;overflow-x:auto'>{legend()}{grid}</div>"
 
 
 @dataclass
 class TraceGroup:
-    """Several traces shown side by side (columns in Jupyter, one summary line each in a terminal)."""
+    """Several traces side by side (one grid in Jupyter, one summary line each in a terminal)."""
 
     traces: Sequence[CallTrace]
 
@@ -305,11 +381,18 @@ class TraceGroup:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        columns = "".join(trace._html_column() for trace in self.traces)
-        return (
-            "<div style='display:flex;gap:10px;align-items:flex-start;font-family:sans-serif;"
-            f"font-size:12px;overflow-x:auto'>{columns}</div>"
-        )
+        return render_grid(self.traces)
+
+
+def outcome_table(*traces: CallTrace) -> Table:
+    """One row per trace: case | stopped at | content text | is_error | executions."""
+    return Table(
+        ["情况", "停在", "content 正文", "is_error", "execute 次数"],
+        [
+            [t.title, t.stopped_at or "—（成功）", t.content_text(), compact(t.is_error()), t.execute_count]
+            for t in traces
+        ],
+    )
 
 
 def side_by_side(*traces: CallTrace) -> TraceGroup:

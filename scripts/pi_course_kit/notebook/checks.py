@@ -1,0 +1,154 @@
+"""Run the focused tests from a notebook: one lab (`check`) or every lab of the checkpoint (`progress`).
+
+The tests run on a staged copy of the notebook's tree in their own interpreter; the report is a table.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from pi_course_kit.core import manifest, runner, staging
+from pi_course_kit.notebook.tree import current_tree
+from pi_course_kit.notebook.views import MONO
+
+# Course language; a gettext catalog can take these over.
+STATUS_TEXT = {"done": "完成", "failing": "未通过", "not started": "未开始", "blocked": "受阻"}
+STATUS_COLOURS = {"done": "#1a7f37", "failing": "#cf222e", "not started": "#9a6700", "blocked": "#8250df"}
+MAX_FAILURES = 3
+
+
+@dataclass
+class CheckReport:
+    """Focused tests of one lab (or all labs when `lab` is empty) on the notebook's tree, as a table."""
+
+    lab: str
+    command: str
+    tree: str
+    returncode: int
+    labs: list[dict[str, Any]]
+    tests: list[dict[str, Any]]
+    next_step: dict[str, Any] | None
+    problem: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """True when every selected test passed."""
+        return self.returncode == 0 and not self.problem and bool(self.tests)
+
+    def status_line(self) -> str:
+        """One line: the lab's count and status, or what went wrong."""
+        if self.problem:
+            return self.problem
+        if not self.lab:
+            done = sum(row["status"] == "done" for row in self.labs)
+            return f"{done}/{len(self.labs)} 个 Lab 完成"
+        row = next((r for r in self.labs if r["id"] == self.lab), None)
+        if row is None:
+            return f"Lab {self.lab}：没有运行任何测试"
+        return (
+            f"Lab {self.lab}：{row['passed']}/{row['total']} {STATUS_TEXT.get(row['status'], row['status'])}"
+        )
+
+    def failure_groups(self) -> tuple[list[tuple[str, int]], int]:
+        """Distinct failure messages with how many tests gave each (first few), and how many more there are."""
+        counts = Counter(t["message"] or t["outcome"] for t in self.tests if t["outcome"] != "passed")
+        groups = counts.most_common()
+        return groups[:MAX_FAILURES], max(0, len(groups) - MAX_FAILURES)
+
+    def _status(self, row: dict[str, Any]) -> str:
+        text = str(STATUS_TEXT.get(row["status"], row["status"]))
+        return text + (f"（被 Lab {row['blocked_by']} 挡住）" if row.get("blocked_by") else "")
+
+    def _next(self) -> str:
+        if self.next_step and self.next_step.get("location"):
+            return f"下一步：编辑 {self.next_step['location']}"
+        return ""
+
+    def __str__(self) -> str:
+        out = [f"{self.command} · {self.tree}", self.status_line()]
+        for row in self.labs:
+            tests = f"{row['passed']}/{row['total']}"
+            out.append(f"  {row['id']:<9} {tests:>7}  {self._status(row)}  {row['title']}")
+        groups, more = self.failure_groups()
+        out += [f"  ✗ ×{count} {message}" for message, count in groups]
+        if more:
+            out.append(f"  …另有 {more} 种失败")
+        if self._next():
+            out.append("  " + self._next())
+        return "\n".join(out)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        cell = "text-align:left;padding:2px 10px 2px 0"
+        rows = "".join(
+            f"<tr><td style='{cell}'>{esc(row['id'])}</td><td style='{cell}'>{row['passed']}/{row['total']}</td>"
+            f"<td style='{cell};color:{STATUS_COLOURS.get(row['status'], '#57606a')};font-weight:bold'>"
+            f"{esc(self._status(row))}</td><td style='{cell}'>{esc(row['title'])}</td></tr>"
+            for row in self.labs
+        )
+        groups, more = self.failure_groups()
+        items = [
+            f"<li><span style='color:#cf222e'>✗</span> ×{count} <code style=\"{MONO}\">{esc(message)}</code></li>"
+            for message, count in groups
+        ]
+        if more:
+            items.append(f"<li>…另有 {more} 种失败</li>")
+        nxt = f"<div>{esc(self._next())}</div>" if self._next() else ""
+        colour = "#1a7f37" if self.passed else "#cf222e"
+        head = "".join(f"<th style='{cell}'>{h}</th>" for h in ("Lab", "测试", "状态", "标题"))
+        return (
+            "<div style='font-size:13px'>"
+            f'<div><code style="{MONO}">{esc(self.command)}</code> · {esc(self.tree)}</div>'
+            f"<div style='color:{colour}'><b>{esc(self.status_line())}</b></div>"
+            f"<table style='border-collapse:collapse'><tr>{head}</tr>{rows}</table>"
+            f"<ul style='margin:4px 0'>{''.join(items)}</ul>{nxt}</div>"
+        )
+
+
+def _run(lab_id: str, timeout: float) -> CheckReport:
+    tree = current_tree()
+    course = manifest.load()
+    checkpoint = course.checkpoint(tree.checkpoint)
+    args = ["--tb=no"]
+    command = "python -m pytest"
+    if lab_id:
+        marker = checkpoint.lab(lab_id).marker
+        args = ["-m", marker, *args]
+        command += f" -m {marker}"
+    with staging.staged(course, checkpoint, tree.path) as folder:
+        # No tracebacks: the table comes from the report plugin, and formatting dozens of starter
+        # tracebacks took seconds. The terminal command shown to the learner keeps them.
+        result = runner.run_tests(folder, args, timeout=timeout)
+    problem = ""
+    if result.timed_out:
+        problem = f"测试没有在 {timeout:g} 秒内结束"
+    elif result.collect_errors:
+        problem = f"测试无法收集：{result.collect_errors[0].get('message', '')}"
+    elif not result.finished:
+        problem = f"pytest 没有给出报告就结束了（退出码 {result.returncode}）"
+    return CheckReport(
+        lab=lab_id,
+        command=command,
+        tree=tree.shown,
+        returncode=result.returncode,
+        labs=result.labs,
+        tests=result.tests,
+        next_step=result.next_step,
+        problem=problem,
+    )
+
+
+def check(lab_id: str, *, timeout: float = 60.0) -> CheckReport:
+    """Run one lab's focused tests on the notebook's tree and report them."""
+    return _run(lab_id, timeout)
+
+
+def progress(*, timeout: float = 60.0) -> CheckReport:
+    """Run every focused test of the notebook's checkpoint once: one table with every lab."""
+    return _run("", timeout)

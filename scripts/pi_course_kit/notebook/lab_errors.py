@@ -1,0 +1,69 @@
+"""Friendly lab errors in a notebook: an unfinished lab shows one line, every other error its traceback.
+
+Installed by the notebook's set-up cell through IPython's custom exception hook. The error still
+reaches the kernel's error output (same `ename`/`evalue`), so `nbrun --errors --allow-lab-errors`
+and Run All with the `raises-exception` tag behave as before; only the traceback lines shrink.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+LAB_ERROR = "LabNotImplemented"
+PACKAGE = "pi_course"
+# Course language first; a gettext catalog can replace this template later.
+BOX = "Lab {lab} 未完成：{target} · {where} · pi-course hint {lab}"
+
+
+def is_lab_error(error: BaseException) -> bool:
+    """True for pi_course's LabNotImplemented, recognised by class name so the kit never imports it."""
+    return any(cls.__name__ == LAB_ERROR for cls in type(error).__mro__)
+
+
+def _where(tb: TracebackType | None) -> str:
+    """`pi_course/tool.py:96`: the deepest frame in the package that is not the error class itself."""
+    found = ""
+    for frame in traceback.extract_tb(tb):
+        path = Path(frame.filename)
+        if path.parent.name == PACKAGE and path.name != "lab.py":
+            found = f"{PACKAGE}/{path.name}:{frame.lineno}"
+    return found or PACKAGE
+
+
+def box(error: BaseException, tb: TracebackType | None) -> str:
+    """The one line a learner sees for an unfinished lab."""
+    lab = str(getattr(error, "lab", "") or "?")
+    target = str(getattr(error, "target", "") or error)
+    return BOX.format(lab=lab, target=target, where=_where(tb))
+
+
+def _handler(
+    shell: Any,
+    etype: type[BaseException],
+    value: BaseException,
+    tb: TracebackType | None,
+    tb_offset: Any = None,
+) -> None:
+    if not is_lab_error(value):
+        # A learner's own bug needs the whole traceback.
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        return
+    # _showtraceback is the kernel's one place that emits the error output (ename, evalue, lines).
+    shell._showtraceback(etype, value, [box(value, tb)])
+
+
+def install(shell: Any = None) -> bool:
+    """Route LabNotImplemented (a NotImplementedError) to the one-line box; False outside IPython."""
+    if shell is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return False
+        shell = get_ipython()
+    if shell is None:
+        return False
+    shell.set_custom_exc((NotImplementedError,), _handler)
+    return True

@@ -1,0 +1,121 @@
+"""A flow diagram drawn as SVG by code: stages left to right, each failure exit dropping to a shared sink.
+
+No graph library is needed for one row of boxes, and SVG keeps the notebook free of system packages
+(graphviz would need the `dot` binary on every learner's machine). The notebook passes the chapter's
+stages and labs in; nothing here knows a checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+
+BOX_W, BOX_H, GAP, MARGIN = 170, 58, 46, 16
+EXIT_Y, SINK_Y = 150, 250
+FONT = "font-family=\"'Noto Sans CJK SC','PingFang SC','Microsoft YaHei',sans-serif\""
+GREEN, RED, GREY = "#1a7f37", "#cf222e", "#57606a"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One box of the main path; `exit` (with the lab that builds it) is the failure leaving it."""
+
+    name: str
+    caption: str
+    lab: str = ""
+    exit: str = ""
+    exit_lab: str = ""
+
+
+@dataclass
+class FlowDiagram:
+    """Stages in a row, their failure exits, and the sink every exit reaches (rendered as SVG)."""
+
+    stages: Sequence[Stage]
+    sink: str
+    sink_lab: str = ""
+    sink_target: int = -1  # the stage the sink flows back into (default: the last one)
+
+    def __str__(self) -> str:
+        path = " → ".join(stage.name for stage in self.stages)
+        exits = "; ".join(f"{s.name} ✗ {s.exit}" for s in self.stages if s.exit)
+        return f"{path}（失败出口：{exits} ⇒ {self.sink}）"
+
+    def _repr_pretty_(self, printer: object, cycle: bool) -> None:
+        printer.text(str(self))  # type: ignore[attr-defined]
+
+    def _x(self, index: int) -> int:
+        return MARGIN + index * (BOX_W + GAP)
+
+    def _repr_svg_(self) -> str:
+        count = len(self.stages)
+        width = self._x(count) - GAP + MARGIN
+        height = SINK_Y + BOX_H + MARGIN
+        out = [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" {FONT} font-size="13">',
+            "<defs>"
+            + "".join(
+                f'<marker id="arrow-{name}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+                f'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{colour}"/></marker>'
+                for name, colour in (("ok", GREEN), ("bad", RED), ("grey", GREY))
+            )
+            + "</defs>",
+        ]
+        top = MARGIN
+        for index, stage in enumerate(self.stages):
+            x = self._x(index)
+            out.append(_box(x, top, stage.name, stage.caption, stage.lab, GREEN, "#ffffff"))
+            if index + 1 < count:
+                out.append(_line(x + BOX_W, top + BOX_H // 2, x + BOX_W + GAP, top + BOX_H // 2, "ok"))
+            if stage.exit:
+                centre = x + BOX_W // 2
+                out.append(_line(centre, top + BOX_H, centre, EXIT_Y, "bad"))
+                out.append(_box(x, EXIT_Y, "✗ " + stage.exit, "", stage.exit_lab, RED, "#ffebe9", height=44))
+                out.append(_line(centre, EXIT_Y + 44, centre, SINK_Y, "bad"))
+        sink_w = self._x(count - 1) - MARGIN
+        out.append(_box(MARGIN, SINK_Y, self.sink, "", self.sink_lab, "#bf8700", "#fff8c5", width=sink_w))
+        target = self._x(self.sink_target % count) + BOX_W // 2
+        out.append(_line(MARGIN + sink_w, SINK_Y + BOX_H // 2, target, SINK_Y + BOX_H // 2, "grey"))
+        out.append(_line(target, SINK_Y + BOX_H // 2, target, top + BOX_H, "grey"))
+        out.append("</svg>")
+        return "".join(out)
+
+
+def _line(x1: int, y1: int, x2: int, y2: int, kind: str) -> str:
+    colour = {"ok": GREEN, "bad": RED, "grey": GREY}[kind]
+    return (
+        f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{colour}" stroke-width="2" '
+        f'marker-end="url(#arrow-{kind})"/>'
+    )
+
+
+def _box(
+    x: int,
+    y: int,
+    title: str,
+    caption: str,
+    lab: str,
+    border: str,
+    fill: str,
+    *,
+    width: int = BOX_W,
+    height: int = BOX_H,
+) -> str:
+    lines = [(title, "bold", "#1f2328")] + [(text, "normal", GREY) for text in (caption, lab) if text]
+    step = height / (len(lines) + 1)
+    texts = "".join(
+        f'<text x="{x + width // 2}" y="{y + step * (i + 1) + 4:.0f}" text-anchor="middle" font-weight="{weight}" '
+        f'fill="{colour}" font-size="{13 if i == 0 else 11}">{escape(text)}</text>'
+        for i, (text, weight, colour) in enumerate(lines)
+    )
+    return (
+        f'<rect x="{x}" y="{y}" width="{width}" height="{height}" rx="8" fill="{fill}" stroke="{border}" '
+        f'stroke-width="2"/>{texts}'
+    )
+
+
+def flow(stages: Sequence[Stage], sink: str, sink_lab: str = "", sink_target: int = -1) -> FlowDiagram:
+    """A diagram to return from a notebook cell."""
+    return FlowDiagram(list(stages), sink, sink_lab, sink_target)
