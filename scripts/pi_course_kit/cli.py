@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "verify": ("instructor.verify", "check that the whole course holds together (instructors)"),
     "grade": ("instructor.grade.cli", "grade practice folders in sandboxed copies (instructors)"),
+    "export": ("instructor.export", "export grading for Gradescope or GitHub Classroom (instructors)"),
     "nbrun": ("notebook.nbrun", "execute a checkpoint notebook, or refresh its stored outputs (instructors)"),
 }
 

@@ -10,10 +10,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Course
 from pi_course_kit.instructor.grade import (
     class_report,
+    classroom,
     feedback,
     gradebook,
     junit,
@@ -66,6 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--feedback", type=Path, metavar="DIR", help="one Markdown feedback file per learner")
     out.add_argument("--report", type=Path, metavar="FILE", help="the class report (one static HTML page)")
     out.add_argument(
+        "--classroom",
+        type=Path,
+        metavar="FILE",
+        help="GitHub Classroom: the grading reporter's result for this one repository (needs --checkpoint)",
+    )
+    out.add_argument(
         "--mutation-cache",
         type=Path,
         metavar="DIR",
@@ -105,7 +114,7 @@ def _check_output(path: Path | None, option: str) -> None:
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    for option in ("json", "output", "csv", "junit", "report"):
+    for option in ("json", "output", "csv", "junit", "report", "classroom"):
         _check_output(getattr(args, option), f"--{option}")
     if args.feedback is not None and args.feedback.exists() and not args.feedback.is_dir():
         raise KitError(f"--feedback {args.feedback}: is a file; give a folder for the feedback files")
@@ -128,6 +137,8 @@ def write_outputs(args: argparse.Namespace, course: Course, records: Sequence[Le
         junit.write(args.junit, course, records)
     if args.feedback:
         feedback.write_all(course, records, args.feedback)
+    if getattr(args, "classroom", None):
+        classroom.write_result(args.classroom, course, records)
     if args.report:
         mutations: mutation_map.MutationMap = {}
         if not args.no_mutations:
@@ -187,7 +198,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         raise KitError("-o/--output is for `pi-course grade merge`; use --json FILE when grading")
     _check_outputs(args)
-    course = load_course(args)
+    if args.classroom is not None and args.checkpoint is None:
+        raise KitError("--classroom needs --checkpoint ID (the checkpoint this repository practises)")
+    # A learner's repository has the installed kit's course (no solutions); graders have a checkout.
+    course = manifest.load(course_manifest(args.root)) if args.classroom else load_course(args)
     if args.checkpoint is not None:
         course.checkpoint(args.checkpoint)
     pairs = roster.assign(
@@ -202,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
         processes=args.processes,
     )
     grader = Grader(course, limits, args.jobs, args.checkpoint, unsafe=args.unsafe)
+    if args.classroom is not None:
+        classroom.use_starter_reference(grader, course, course.checkpoint(args.checkpoint))
     if args.unsafe:
         print(
             "pi-course grade: warning: --unsafe: learner code runs with your own rights, limited only in time, "

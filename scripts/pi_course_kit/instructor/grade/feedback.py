@@ -9,7 +9,7 @@ from urllib.parse import quote
 from pi_course_kit.core.manifest import Course
 from pi_course_kit.instructor.grade import texts
 from pi_course_kit.instructor.grade.grader import LearnerRecord
-from pi_course_kit.instructor.grade.points import Points, points_of
+from pi_course_kit.instructor.grade.points import LabPoints, Points, points_of
 from pi_course_kit.instructor.grade.questions import question
 
 
@@ -25,6 +25,29 @@ def first_failing(record: LearnerRecord, lab_id: str) -> str | None:
 
 def _number(value: float) -> str:
     return f"{value:g}"
+
+
+def lab_lines(course: Course, record: LearnerRecord, row: LabPoints) -> list[str]:
+    """One lab's Markdown lines: points, tests, status, and for an unfinished lab its first failing test."""
+    lines = [
+        f"- {texts.POINTS}：{_number(row.points)} / {_number(row.max_points)}"
+        f"（{texts.CREDIT_RULE.get(row.credit, row.credit)}）",
+        f"- {texts.TESTS}：{row.passed} / {row.total}",
+        f"- {texts.STATUS}：{texts.lab_status(row.status)}",
+    ]
+    failing = first_failing(record, row.id)
+    if record.checkpoint is None or failing is None or row.status == "done":
+        return lines
+    checkpoint = course.checkpoint(record.checkpoint)
+    lab = checkpoint.lab(row.id)
+    asked = question(course, checkpoint, failing) or texts.NO_DOCSTRING
+    hint = lab.hints[0] if row.status == "not started" or len(lab.hints) < 2 else lab.hints[1]
+    return [
+        *lines,
+        f"- {texts.FIRST_FAILING}：`{failing}`",
+        f"  - {texts.QUESTION}：{asked}",
+        f"  - {texts.HINT}：{hint}",
+    ]
 
 
 def render(course: Course, record: LearnerRecord, points: Points | None = None) -> str:
@@ -46,29 +69,9 @@ def render(course: Course, record: LearnerRecord, points: Points | None = None) 
         lines.append(f"- {texts.MESSAGE}：{record.message}")
     if record.tests_edited:
         lines += ["", f"> {texts.EDITED_TESTS}"]
-    checkpoint = course.checkpoint(record.checkpoint) if record.checkpoint else None
     for row in points.labs:
         optional = f"（{texts.OPTIONAL}）" if row.optional else ""
-        lines += [
-            "",
-            f"## Lab {row.id} {row.title}{optional}",
-            "",
-            f"- {texts.POINTS}：{_number(row.points)} / {_number(row.max_points)}"
-            f"（{texts.CREDIT_RULE.get(row.credit, row.credit)}）",
-            f"- {texts.TESTS}：{row.passed} / {row.total}",
-            f"- {texts.STATUS}：{texts.lab_status(row.status)}",
-        ]
-        failing = first_failing(record, row.id)
-        if checkpoint is None or failing is None or row.status == "done":
-            continue
-        lab = checkpoint.lab(row.id)
-        asked = question(course, checkpoint, failing) or texts.NO_DOCSTRING
-        hint = lab.hints[0] if row.status == "not started" or len(lab.hints) < 2 else lab.hints[1]
-        lines += [
-            f"- {texts.FIRST_FAILING}：`{failing}`",
-            f"  - {texts.QUESTION}：{asked}",
-            f"  - {texts.HINT}：{hint}",
-        ]
+        lines += ["", f"## Lab {row.id} {row.title}{optional}", "", *lab_lines(course, record, row)]
     if record.status == "complete":
         lines += ["", texts.ALL_DONE]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,176 @@
+"""`pi-course export gradescope|classroom CHECKPOINT -o OUT`: grading where instructors already are.
+
+gradescope: an autograder zip (setup.sh, run_autograder, the kit's source, the checkpoint's pristine course).
+classroom: the GitHub Classroom workflow, written into a learner's practice repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pi_course_kit
+from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor.grade import classroom
+from pi_course_kit.instructor.options import add_manifest_option, load_course
+
+#: What the grading path imports inside the autograder image (the rest of the kit's dependencies is not needed).
+REQUIREMENTS = ("pytest>=8.4", "pytest-timeout>=2.3", "hypothesis>=6.100", "jsonschema>=4.21")
+SKIP = ("__pycache__", ".pytest_cache", ".mypy_cache", ".hypothesis")
+
+SETUP = """\
+#!/usr/bin/env bash
+# Gradescope runs this once while building the autograder image (Ubuntu): bubblewrap for the sandbox,
+# Python >= 3.11 in /autograder/venv, and what the grading path imports.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq bubblewrap python3 python3-venv >/dev/null
+python=python3
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    apt-get install -y -qq python3.11 python3.11-venv >/dev/null
+    python=python3.11
+fi
+"$python" -m venv /autograder/venv
+/autograder/venv/bin/pip install --quiet -r /autograder/source/requirements.txt
+"""
+
+RUN_AUTOGRADER = """\
+#!/usr/bin/env bash
+# Gradescope runs this for every submission. It grades /autograder/submission with the kit's pristine
+# tests in the kit's sandbox and writes /autograder/results/results.json.
+# PI_COURSE_AUTOGRADER_ROOT replaces /autograder (tests use a temporary one); PI_COURSE_PYTHON the venv.
+set -euo pipefail
+root="${{PI_COURSE_AUTOGRADER_ROOT:-/autograder}}"
+python="${{PI_COURSE_PYTHON:-$root/venv/bin/python}}"
+export PI_COURSE_AUTOGRADER_ROOT="$root"
+export PYTHONPATH="$root/source/kit"
+exec "$python" -m pi_course_kit.instructor.grade.gradescope --checkpoint {checkpoint} --root "$root"
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the target, the checkpoint and the output."""
+    parser.add_argument("target", choices=("gradescope", "classroom"), help="where the grades go")
+    parser.add_argument("checkpoint", help="checkpoint id, e.g. 06")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        required=True,
+        metavar="OUT",
+        help="gradescope: the zip to write; classroom: the learner's repository (gets .github/workflows/classroom.yml)",
+    )
+    parser.add_argument(
+        "--kit",
+        default="pi-course-kit",
+        metavar="REQUIREMENT",
+        help="classroom: what the workflow pip-installs (a package name, wheel URL or git URL)",
+    )
+    add_manifest_option(parser)
+
+
+def lineage(course: Course, checkpoint: Checkpoint) -> list[Checkpoint]:
+    """The checkpoint and its ancestors, oldest first."""
+    chain = [checkpoint]
+    while (parent := course.parent_of(chain[0])) is not None:
+        chain.insert(0, parent)
+    return chain
+
+
+def _files(folder: Path) -> Iterator[Path]:
+    for path in sorted(folder.rglob("*")):
+        if (
+            path.is_file()
+            and not path.is_symlink()
+            and not set(path.parts) & set(SKIP)
+            and path.suffix != ".pyc"
+        ):
+            yield path
+
+
+def bundle_files(course: Course, checkpoint: Checkpoint) -> dict[str, Path]:
+    """Archive name -> source file: the kit's source and the course (manifest, trees and tests of the lineage)."""
+    files: dict[str, Path] = {}
+    kit = Path(pi_course_kit.__file__).resolve().parent
+    for path in _files(kit):
+        relative = path.relative_to(kit)
+        if relative.parts[0] != "course":  # the wheel's bundled learner course; the full one follows
+            files[f"kit/pi_course_kit/{relative.as_posix()}"] = path
+    files["course/course.toml"] = course.path
+    for member in lineage(course, checkpoint):
+        for tree in (member.solution, member.starter):
+            for path in _files(course.root / tree):
+                files[f"course/{path.relative_to(course.root).as_posix()}"] = path
+        for test in (*member.tree_tests, *member.tree_support):
+            files[f"course/{test}"] = course.root / test
+    return files
+
+
+def _add_text(archive: zipfile.ZipFile, name: str, text: str, executable: bool = False) -> None:
+    info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+    mode = 0o755 if executable else 0o644
+    info.external_attr = (stat.S_IFREG | mode) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    archive.writestr(info, text)
+
+
+def write_gradescope(course: Course, checkpoint: Checkpoint, output: Path) -> int:
+    """Write the autograder zip atomically; return how many files it holds."""
+    files = bundle_files(course, checkpoint)
+    handle, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    os.close(handle)
+    try:
+        with zipfile.ZipFile(tmp, "w") as archive:
+            _add_text(archive, "setup.sh", SETUP, executable=True)
+            _add_text(
+                archive, "run_autograder", RUN_AUTOGRADER.format(checkpoint=checkpoint.id), executable=True
+            )
+            _add_text(archive, "requirements.txt", "\n".join(REQUIREMENTS) + "\n")
+            for name, path in files.items():
+                _add_text(archive, name, path.read_text(encoding="utf-8"))
+        os.replace(tmp, output)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(files) + 3
+
+
+def write_classroom(checkpoint: Checkpoint, repository: Path, kit: str) -> Path:
+    """Write the workflow into a learner's repository; an existing workflow is never overwritten."""
+    target = repository / classroom.WORKFLOW
+    if target.exists():
+        raise KitError(f"{target} already exists; remove it first if you want it rewritten")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(classroom.workflow(checkpoint, kit), encoding="utf-8")
+    return target
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the chosen export; exit 0."""
+    output: Path = args.output
+    course = load_course(args)
+    checkpoint = course.checkpoint(args.checkpoint)
+    if args.target == "gradescope":
+        if not output.parent.is_dir():
+            raise KitError(
+                f"-o {output}: folder {output.parent} does not exist; create it or choose another file"
+            )
+        if output.is_dir():
+            raise KitError(f"-o {output}: is a folder; give the zip file's name, e.g. autograder.zip")
+        count = write_gradescope(course, checkpoint, output)
+        print(
+            f"wrote {output} ({count} files): upload it as the Gradescope autograder of checkpoint {checkpoint.id}"
+        )
+        return 0
+    if not output.is_dir():
+        raise KitError(f"-o {output}: not a folder; give the learner's practice repository")
+    target = write_classroom(checkpoint, output, args.kit)
+    print(f"wrote {target}: commit it to the assignment's template repository")
+    return 0
