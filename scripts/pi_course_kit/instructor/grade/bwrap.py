@@ -109,7 +109,7 @@ def command(
     python, base = interpreter()
     argv = ["bwrap", "--die-with-parent", "--new-session", "--clearenv"]
     if uid is None:
-        argv += ["--unshare-all", "--disable-userns"]
+        argv += ["--unshare-all", "--unshare-user", "--disable-userns"]
     else:
         # As root: no user namespace (its only mapped uid would be 0); setpriv drops to `uid` below.
         argv += ["--unshare-net", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]

@@ -132,7 +132,7 @@ class Copier:
     def copy(self, source_fd: int, dest_fd: int, where: str, depth: int) -> None:
         """Copy every entry of `source_fd` into `dest_fd` (both open folders)."""
         if depth > MAX_DEPTH:
-            raise Refused(f"{where}: folders nested deeper than {MAX_DEPTH} levels")
+            raise Refused(f"folders nested deeper than {MAX_DEPTH} levels ({shown(where)}...)")
         with os.scandir(source_fd) as entries:
             names = sorted(entry.name for entry in entries)
         for name in names:

@@ -510,7 +510,12 @@ def write_json_lines(path: Path, records: Sequence[LearnerRecord]) -> None:
     """One JSON object per learner and line, so that batches graded apart can simply be concatenated."""
     with path.open("w", encoding="utf-8") as handle:
         for record in records:
-            handle.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+            data = {
+                **record.to_json(),
+                "learner": clean(record.learner, 4096),
+                "folder": clean(record.folder, 4096),
+            }
+            handle.write(json.dumps(data, ensure_ascii=False) + "\n")
 
 
 def write_csv(path: Path, records: Sequence[LearnerRecord]) -> None:
@@ -525,8 +530,8 @@ def write_csv(path: Path, records: Sequence[LearnerRecord]) -> None:
         for record in records:
             scores = {score.id: score for score in record.labs}
             row: list[object] = [
-                record.learner,
-                record.folder,
+                clean(record.learner, 4096),
+                clean(record.folder, 4096),
                 record.checkpoint or "",
                 record.status,
                 record.passed,
