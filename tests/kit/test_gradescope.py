@@ -180,3 +180,11 @@ def test_reporter_result_scores_labs_in_points(course: Course, checkpoint: Check
     assert result["tests"][0]["score"] == first.points / 2 and result["tests"][0]["status"] == "fail"
     # The reporter reads the result base64-encoded from the environment: it must survive the round trip.
     assert json.loads(base64.b64decode(base64.b64encode(json.dumps(result).encode()))) == result
+
+
+def test_the_shipped_classroom_workflow_is_the_one_export_writes(
+    course: Course, checkpoint: Checkpoint
+) -> None:
+    """Is deploy/github-classroom/classroom.yml exactly what `pi-course export classroom 06` writes today?"""
+    shipped = course.root / "deploy/github-classroom/classroom.yml"
+    assert shipped.read_text(encoding="utf-8") == classroom.workflow(checkpoint, "pi-course-kit")
