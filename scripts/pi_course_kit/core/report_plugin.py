@@ -6,6 +6,7 @@ Set PI_COURSE_REPORT_JSON=path to also get one JSON record per line (the kit's t
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -15,21 +16,29 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any, NoReturn
 
 import pytest
+from pi_course_i18n import _
 from pi_course_records import (
     LAB_MARKER,
     TestRecord,
+    function_at,
+    lab_entry,
     lab_of_line,
     next_step,
     parse_marker_line,
+    read_progress,
     register_markers,
     render,
     summarise,
     summary_line,
     test_record,
+    write_progress,
 )
+
+PACKAGE = "pi_course"
 
 JSON_ENV = "PI_COURSE_REPORT_JSON"
 
@@ -57,6 +66,53 @@ def _refusing_os_exit() -> Iterator[None]:
 
 def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def frame_location(frame: FrameType | None, root: Path) -> tuple[str, Path, int] | None:
+    """(`path:line`, file, line) of the innermost frame of a stack that runs the learner's package."""
+    while frame is not None:
+        path = Path(frame.f_code.co_filename)
+        if PACKAGE in path.parts:
+            try:
+                shown = path.resolve().relative_to(root.resolve()).as_posix()
+            except ValueError:
+                shown = str(path)
+            return f"{shown}:{frame.f_lineno}", path, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+#: pytest's assertion explanation lines that say how to see more, not what differs.
+_NOISE = re.compile(
+    r"^(Use -v|Full diff|Omitting \d+ identical|Matching attributes|Left contains|Right contains)"
+)
+
+
+def readable_diff(text: str, limit: int = 3, width: int = 160) -> list[str]:
+    """The lines of pytest's assertion explanation that name what differs (a key, an attribute, a value)."""
+    lines = [line.strip() for line in text.splitlines()]
+    if not lines or not lines[0]:
+        return []
+    body = lines[1:]
+    if any(line.startswith("Drill down") for line in body):
+        start = next(i for i, line in enumerate(body) if line.startswith("Drill down"))
+        body = body[start + 1 :]
+    picked: list[str] = []
+    skip_next = False
+    for line in body:
+        if skip_next:
+            skip_next = False
+            continue
+        if line.startswith("Matching attributes"):
+            skip_next = True  # the list of attributes that agree says nothing about the mistake
+            continue
+        if not line or _NOISE.match(line) or (line.endswith(":") and not line.startswith("+")):
+            continue
+        picked.append(line if len(line) <= width else line[: width - 1] + "…")
+    first = lines[0] if lines[0].startswith("assert") else ""
+    if not picked and first:
+        picked = [first]
+    return picked[:limit]
 
 
 def learner_location(excinfo: pytest.ExceptionInfo[BaseException], root: Path) -> str | None:
@@ -126,9 +182,53 @@ class ReportPlugin:
         self.records: list[TestRecord] = []
         self.collect_errors: list[dict[str, Any]] = []
         self.looped_labs: set[str | None] = set()
+        self.collected: dict[str, int] = {}
         self.json_path = os.environ.get(JSON_ENV)
         if self.json_path:
             Path(self.json_path).write_text("", encoding="utf-8")
+        # pytest and the plugins are loaded: move their objects out of the collector's way for the whole run.
+        gc.freeze()
+
+    def _limit(self) -> float:
+        """The per-test time limit (--timeout or pytest.ini's timeout); import and collection get the same."""
+        for value in (self.config.getoption("timeout", None), self.config.getini("timeout")):
+            try:
+                if value not in (None, "") and float(value) > 0:
+                    return float(value)
+            except (TypeError, ValueError):
+                continue
+        return 0.0
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> Any:
+        """Bound the import of the learner's code: a loop at import time ends with its file and line."""
+        limit = self._limit()
+        usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+        if not limit or not usable:
+            return (yield)
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            # The collect report names the file, line and lab from this exception's traceback.
+            raise LearnerTimeout(
+                _("importing your code did not finish within {limit}s: probably an endless loop here").format(
+                    limit=f"{limit:g}"
+                )
+            )
+
+        previous = signal.signal(signal.SIGALRM, stop)
+        signal.setitimer(signal.ITIMER_REAL, limit)
+        try:
+            return (yield)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Count the tests each lab has in this run, so a run stopped early (-x) says so."""
+        for item in session.items:
+            lab = self._lab_of(item)
+            if lab is not None:
+                self.collected[lab] = self.collected.get(lab, 0) + 1
 
     # -- recording -------------------------------------------------------------
 
@@ -177,8 +277,17 @@ class ReportPlugin:
             # One endless loop in a lab usually stalls all its tests: do not make the learner wait for each.
             limit = min(limit, REPEAT_TIMEOUT)
 
-        def stop(signum: int, frame: object) -> None:
-            raise LearnerTimeout(f"Timeout (>{limit:g}s): stopped, probably an endless loop in Lab {lab}")
+        root = self.root
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            found = frame_location(frame, root)
+            stuck = lab_of_line(found[1], found[2]) if found else None
+            where = f" {found[0]}" if found else ""
+            raise LearnerTimeout(
+                _("Timeout (>{limit}s): stopped at{where}, probably an endless loop in Lab {lab}").format(
+                    limit=f"{limit:g}", where=where, lab=stuck or lab
+                )
+            )
 
         def cancel() -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -240,15 +349,24 @@ class ReportPlugin:
                 record.exc_lab = stub_lab(error)
                 record.message = _first_line(str(error)) or record.exc_type
                 if isinstance(error, SystemExit):
-                    record.message = (
-                        f"learner code called sys.exit({error.code!r}); a tool must return or raise, "
-                        "not end the process"
-                    )
+                    record.message = _(
+                        "learner code called sys.exit({code}); a tool must return or raise, not end the process"
+                    ).format(code=repr(error.code))
                 if record.exc_type == "Failed" and "Timeout" in record.message:
-                    record.message = (
-                        f"{record.message}: stopped, probably an endless loop in Lab {record.lab}"
+                    record.message = _("{message}: stopped, probably an endless loop").format(
+                        message=record.message
                     )
                 record.location = self._location(call.excinfo)
+                if record.location:
+                    path, _sep, line = record.location.rpartition(":")
+                    full = Path(path) if Path(path).is_absolute() else self.root / path
+                    record.owner_lab = lab_of_line(full, int(line))
+                    record.function = function_at(full, int(line))
+                if isinstance(error, AssertionError):
+                    record.diff = readable_diff(str(error))
+                if record.outcome == "failed":
+                    doc = getattr(getattr(item, "obj", None), "__doc__", None) or ""
+                    record.question = _first_line(doc)
             self.records.append(record)
             self._emit_line(test_record(record))
         return report
@@ -275,9 +393,13 @@ class ReportPlugin:
             except (OSError, UnicodeDecodeError, IndexError):
                 excerpt = ""
         error_lines = [
-            line for line in text.splitlines() if re.match(r"^E\s+\w*(Error|Exception|Exit)", line)
+            line
+            for line in text.splitlines()
+            if re.match(r"^E\s+[\w.]*(Error|Exception|Exit|Timeout)\b", line)
         ]
         message = error_lines[-1].lstrip("E").strip() if error_lines else _first_line(text)
+        # `pi_course_report.LearnerTimeout: ...` reads better without the plugin's module name.
+        message = re.sub(r"^[\w.]*\.(?=\w+:)", "", message).removeprefix("LearnerTimeout: ")
         return {
             "event": "collect_error",
             "nodeid": report.nodeid,
@@ -311,16 +433,24 @@ class ReportPlugin:
         terminalreporter.section("pi-course labs")
         for error in self.collect_errors:
             where = error["location"] or error["nodeid"]
-            lab = f" (in Lab {error['lab']})" if error["lab"] else ""
-            write(f"cannot import the tests: {where}{lab}: {error['message']}")
-            write("  fix that line first; no lab can run until the package imports")
+            lab = _(" (in Lab {lab})").format(lab=error["lab"]) if error["lab"] else ""
+            write(
+                _("cannot import the tests: {where}{lab}: {message}").format(
+                    where=where, lab=lab, message=error["message"]
+                )
+            )
+            write(_("  fix that line first; no lab can run until the package imports"))
         if self.collect_errors and not self.records:
             self._emit(
                 {"event": "summary", "labs": [], "next": None, "collect_errors": len(self.collect_errors)}
             )
             return
-        rows = [row for row in summarise(self.labs, self.records) if row.total]
-        step = next_step(rows)
-        for line in render(rows, step):
+        rows = [row for row in summarise(self.labs, self.records, self.collected) if row.total]
+        recorded = read_progress(self.root)
+        entries = {lab.id: entry for lab in self.labs if (entry := lab_entry(self.root, PACKAGE, lab.id))}
+        step = next_step(rows, self.labs, recorded, entries)
+        stopped = any(row.collected > row.total for row in rows)
+        for line in render(rows, step, stopped):
             write(line)
-        self._emit_line(summary_line(rows, step, len(self.collect_errors)))
+        write_progress(self.root, rows)
+        self._emit_line(summary_line(rows, step, len(self.collect_errors), stopped))

@@ -49,12 +49,20 @@ def copy_package(course: Course, source_tree: Path, dest: Path) -> None:
 
 
 #: Kit modules that travel into every tree's tests/ folder, under these names.
-KIT_TEST_SUPPORT = {"pi_course_records.py": "records.py", "pi_course_report.py": "report_plugin.py"}
+KIT_TEST_SUPPORT = {
+    "pi_course_records.py": "records.py",
+    "pi_course_report.py": "report_plugin.py",
+    "pi_course_i18n.py": "i18n.py",
+}
+#: The compiled message catalogs travel too (tests/pi_course_locale/<lang>/LC_MESSAGES/*.mo): the report speaks the course language.
+LOCALE_DIR = Path(__file__).resolve().parent.parent / "locale"
 
 
 def test_files(course: Course, checkpoint: Checkpoint) -> dict[str, Path]:
     """Every file a tree's tests/ folder holds (name -> source): the kit's report, support, focused tests."""
     files = {name: Path(__file__).with_name(source) for name, source in KIT_TEST_SUPPORT.items()}
+    for catalog in sorted(LOCALE_DIR.glob("*/LC_MESSAGES/*.mo")):
+        files[f"pi_course_locale/{catalog.relative_to(LOCALE_DIR).as_posix()}"] = catalog
     for relative in (*checkpoint.tree_support, *checkpoint.tree_tests):
         files[Path(relative).name] = course.root / relative
     return files
@@ -67,6 +75,7 @@ def copy_tests(course: Course, checkpoint: Checkpoint, dest: Path) -> list[Path]
     written = []
     for name, source in test_files(course, checkpoint).items():
         target = tests / name
+        target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
         written.append(target)
     return written

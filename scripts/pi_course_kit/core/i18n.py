@@ -1,0 +1,84 @@
+"""The learner's language: gettext catalogs (domain `pi_course`), Simplified Chinese by default, English fallback.
+
+Standard library only: this file travels into every staged tree as `tests/pi_course_i18n.py`, next to
+the compiled catalogs in `tests/pi_course_locale/`, so the report plugin speaks the same language as the kit.
+"""
+
+from __future__ import annotations
+
+import gettext
+import json
+import os
+from pathlib import Path
+
+DOMAIN = "pi_course"
+#: Set by `pi-course --lang` (and passed on to the test run); wins over the locale variables.
+LANG_ENV = "PI_COURSE_LANG"
+#: The course language when nothing else is asked for (course.toml's [course] language).
+DEFAULT_LANGUAGE = "zh_CN"
+_LOCALE_VARIABLES = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")
+_NEUTRAL = {"", "C", "POSIX"}
+
+
+def locale_dirs() -> list[Path]:
+    """Where the compiled catalogs may be: inside the kit, or beside this file in a staged tree."""
+    here = Path(__file__).resolve().parent
+    return [here.parent / "locale", here / "pi_course_locale"]
+
+
+def folder_language(start: Path | None = None) -> str | None:
+    """The language recorded in a practice folder's `.pi-course/meta.json` (the course's, when made)."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        meta = folder / ".pi-course" / "meta.json"
+        if meta.is_file():
+            try:
+                value = json.loads(meta.read_text(encoding="utf-8")).get("language")
+            except (OSError, ValueError, AttributeError):
+                return None
+            return value if isinstance(value, str) else None
+    return None
+
+
+def requested_languages(default: str | None = None) -> list[str]:
+    """The languages to try, best first: PI_COURSE_LANG, then the locale variables, then the course's."""
+    chosen = os.environ.get(LANG_ENV, "").strip()
+    if chosen:
+        return [chosen]
+    for name in _LOCALE_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        # A C/POSIX locale (containers, CI) asks for no language at all: the course's own applies.
+        base = value.split(".")[0].split("@")[0]
+        if base not in _NEUTRAL:
+            return [part for part in value.split(":") if part] if name == "LANGUAGE" else [value]
+    return [default or folder_language() or DEFAULT_LANGUAGE]
+
+
+def translation(languages: list[str] | None = None) -> gettext.NullTranslations:
+    """The catalog for the requested languages; English (the msgids themselves) when none matches."""
+    wanted = languages if languages is not None else requested_languages()
+    for directory in locale_dirs():
+        if directory.is_dir():
+            found = gettext.translation(DOMAIN, directory, languages=wanted, fallback=True)
+            if type(found) is not gettext.NullTranslations:
+                return found
+    return gettext.NullTranslations()
+
+
+_current: gettext.NullTranslations | None = None
+
+
+def use(language: str | None) -> None:
+    """Switch every later message to `language` (None: choose again from the environment)."""
+    global _current
+    if language:
+        os.environ[LANG_ENV] = language  # the test run in its own interpreter follows too
+    _current = None
+
+
+def _(message: str) -> str:
+    """The message in the learner's language."""
+    global _current
+    if _current is None:
+        _current = translation()
+    return _current.gettext(message)
