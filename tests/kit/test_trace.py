@@ -329,6 +329,7 @@ def test_importing_the_kit_helpers_never_imports_pi_course(course: Course, check
     """With a pi_course importable from the cwd, do trace/notebook/adapters/nbrun leave it unimported?"""
     script = (
         "import sys, pi_course_kit.teaching.trace, pi_course_kit.notebook.helpers, pi_course_kit.teaching.adapters, pi_course_kit.notebook.nbrun\n"
+        "import pi_course_kit.teaching.transcript, pi_course_kit.teaching.wire, pi_course_kit.teaching.diagram\n"
         "print('pi_course' in sys.modules)"
     )
     done = subprocess.run(

@@ -63,6 +63,9 @@ class CheckReport:
         return text + (f"（被 Lab {row['blocked_by']} 挡住）" if row.get("blocked_by") else "")
 
     def _next(self) -> str:
+        # A green run has nothing left to edit, whatever an optional lab elsewhere says.
+        if self.passed:
+            return ""
         if self.next_step and self.next_step.get("location"):
             return f"下一步：编辑 {self.next_step['location']}"
         return ""

@@ -22,14 +22,15 @@ _SLOW_OPTIONAL = "rfc3987_syntax"
 
 
 @cache
-def _draft_2020_12() -> tuple[Any, type[Exception]]:
+def draft_2020_12() -> tuple[Any, type[Exception]]:
+    """jsonschema's Draft 2020-12 validator class and its SchemaError, imported once and quickly."""
     blocked = _SLOW_OPTIONAL not in sys.modules and "jsonschema" not in sys.modules
     if blocked:
         sys.modules[_SLOW_OPTIONAL] = None  # type: ignore[assignment]
     try:
-        # No type stubs ship with jsonschema; the two names used here are covered by the kit's tests.
-        from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
-        from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
+        # Stubs (types-jsonschema) may or may not be installed; the two names used here are covered by the kit's tests.
+        from jsonschema import Draft202012Validator  # type: ignore[import-untyped,unused-ignore]
+        from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped,unused-ignore]
     finally:
         if blocked:
             del sys.modules[_SLOW_OPTIONAL]
@@ -74,7 +75,7 @@ def schema_problems(schema: object) -> list[str]:
     """Problems of one tool parameter schema: Draft 2020-12 meta-schema errors, and a non-object top level."""
     if not isinstance(schema, dict):
         return [f"the schema must be a JSON object, got {type(schema).__name__}"]
-    validator, schema_error = _draft_2020_12()
+    validator, schema_error = draft_2020_12()
     problems = []
     try:
         validator.check_schema(schema)

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
-BOX_W, BOX_H, GAP, MARGIN = 170, 58, 46, 16
+BOX_W, BOX_H, GAP, MARGIN = 196, 58, 40, 16
 EXIT_Y, SINK_Y = 150, 250
+LOOP_ROOM = 30
 FONT = "font-family=\"'Noto Sans CJK SC','PingFang SC','Microsoft YaHei',sans-serif\""
 GREEN, RED, GREY = "#1a7f37", "#cf222e", "#57606a"
 
@@ -35,7 +36,8 @@ class FlowDiagram:
     stages: Sequence[Stage]
     sink: str
     sink_lab: str = ""
-    sink_target: int = -1  # the stage the sink flows back into (default: the last one)
+    sink_target: int | None = -1  # the stage the sink flows back into; None when the sink is the end
+    loop: str = ""  # when set, an arrow from the last stage back to the first, labelled with this
 
     def __str__(self) -> str:
         path = " → ".join(stage.name for stage in self.stages)
@@ -51,7 +53,7 @@ class FlowDiagram:
     def _repr_svg_(self) -> str:
         count = len(self.stages)
         width = self._x(count) - GAP + MARGIN
-        height = SINK_Y + BOX_H + MARGIN
+        height = SINK_Y + BOX_H + MARGIN + (LOOP_ROOM if self.loop else 0)
         out = [
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" {FONT} font-size="13">',
@@ -63,7 +65,8 @@ class FlowDiagram:
             )
             + "</defs>",
         ]
-        top = MARGIN
+        # Room above the boxes for the loop-back arrow.
+        top = MARGIN + (LOOP_ROOM if self.loop else 0)
         for index, stage in enumerate(self.stages):
             x = self._x(index)
             out.append(_box(x, top, stage.name, stage.caption, stage.lab, GREEN, "#ffffff"))
@@ -71,14 +74,28 @@ class FlowDiagram:
                 out.append(_line(x + BOX_W, top + BOX_H // 2, x + BOX_W + GAP, top + BOX_H // 2, "ok"))
             if stage.exit:
                 centre = x + BOX_W // 2
-                out.append(_line(centre, top + BOX_H, centre, EXIT_Y, "bad"))
-                out.append(_box(x, EXIT_Y, "✗ " + stage.exit, "", stage.exit_lab, RED, "#ffebe9", height=44))
-                out.append(_line(centre, EXIT_Y + 44, centre, SINK_Y, "bad"))
-        sink_w = self._x(count - 1) - MARGIN
-        out.append(_box(MARGIN, SINK_Y, self.sink, "", self.sink_lab, "#bf8700", "#fff8c5", width=sink_w))
-        target = self._x(self.sink_target % count) + BOX_W // 2
-        out.append(_line(MARGIN + sink_w, SINK_Y + BOX_H // 2, target, SINK_Y + BOX_H // 2, "grey"))
-        out.append(_line(target, SINK_Y + BOX_H // 2, target, top + BOX_H, "grey"))
+                exit_y, sink_y = top + EXIT_Y - MARGIN, top + SINK_Y - MARGIN
+                out.append(_line(centre, top + BOX_H, centre, exit_y, "bad"))
+                out.append(_box(x, exit_y, "✗ " + stage.exit, "", stage.exit_lab, RED, "#ffebe9", height=44))
+                out.append(_line(centre, exit_y + 44, centre, sink_y, "bad"))
+        sink_y = top + SINK_Y - MARGIN
+        sink_w = (
+            self._x(count - 1) - MARGIN if self.sink_target is not None else self._x(count) - GAP - MARGIN
+        )
+        out.append(_box(MARGIN, sink_y, self.sink, "", self.sink_lab, "#bf8700", "#fff8c5", width=sink_w))
+        if self.sink_target is not None:
+            target = self._x(self.sink_target % count) + BOX_W // 2
+            out.append(_line(MARGIN + sink_w, sink_y + BOX_H // 2, target, sink_y + BOX_H // 2, "grey"))
+            out.append(_line(target, sink_y + BOX_H // 2, target, top + BOX_H, "grey"))
+        if self.loop:
+            first, last = self._x(0) + BOX_W // 2, self._x(count - 1) + BOX_W // 2
+            y = MARGIN + 8
+            out.append(
+                f'<path d="M{last},{top} L{last},{y} L{first},{y} L{first},{top - 2}" fill="none" stroke="{GREEN}" '
+                f'stroke-width="2" marker-end="url(#arrow-ok)"/>'
+                f'<text x="{(first + last) // 2}" y="{y - 2}" text-anchor="middle" fill="{GREEN}" '
+                f'font-size="12">{escape(self.loop)}</text>'
+            )
         out.append("</svg>")
         return "".join(out)
 
@@ -116,6 +133,8 @@ def _box(
     )
 
 
-def flow(stages: Sequence[Stage], sink: str, sink_lab: str = "", sink_target: int = -1) -> FlowDiagram:
+def flow(
+    stages: Sequence[Stage], sink: str, sink_lab: str = "", sink_target: int | None = -1, loop: str = ""
+) -> FlowDiagram:
     """A diagram to return from a notebook cell."""
-    return FlowDiagram(list(stages), sink, sink_lab, sink_target)
+    return FlowDiagram(list(stages), sink, sink_lab, sink_target, loop)

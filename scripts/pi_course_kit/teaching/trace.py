@@ -330,9 +330,10 @@ class CallTrace:
             parts.append(f"<div style='color:#cf222e'><b>{esc(row.error)}</b></div>")
         arrow = "" if first else "<div style='text-align:center;color:#8c959f;line-height:1'>↓</div>"
         return (
-            f"<div>{arrow}<div class='pi-trace-stage pi-trace-{row.status.replace(' ', '-')}' "
+            # A flex column: the box grows to the row's height, so boxes of one row end on one line.
+            f"<div style='display:flex;flex-direction:column'>{arrow}<div class='pi-trace-stage pi-trace-{row.status.replace(' ', '-')}' "
             f"style='border:2px solid {border};background:{background};color:{colour};border-radius:6px;"
-            f"padding:4px 6px;height:calc(100% - 18px);box-sizing:border-box'>{''.join(parts)}</div></div>"
+            f"padding:4px 6px;flex:1;box-sizing:border-box'>{''.join(parts)}</div></div>"
         )
 
 
@@ -363,7 +364,7 @@ def render_grid(traces: Sequence[CallTrace]) -> str:
     cells += [f"<div>execute 运行次数：<b>{t.execute_count}</b></div>" for t in traces]
     grid = (
         f"<div style='display:grid;grid-template-columns:repeat({len(traces)},minmax(200px,1fr));"
-        f"column-gap:10px;row-gap:2px;align-items:stretch'>{''.join(cells)}</div>"
+        f"column-gap:10px;row-gap:2px;align-items:stretch;max-width:{len(traces) * 480}px'>{''.join(cells)}</div>"
     )
     return f"<div style='font-size:12px;overflow-x:auto'>{legend()}{grid}</div>"
 

@@ -1,0 +1,325 @@
+"""One transcript on two providers' wires: OpenAI Chat Completions and Anthropic Messages.
+
+The shape of each request body is checked with JSON Schema (a subset of each API, enough for text and
+tool calls); the pairing rule both APIs enforce — every tool call answered right after the message that
+made it — is checked by code, because JSON Schema cannot relate one message's ids to the next one's.
+Messages are read by duck typing (`to_dict()`), so the kit never imports `pi_course`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pi_course_kit.notebook.views import PRE, json_html, plain
+from pi_course_kit.teaching.adapters import draft_2020_12
+
+_TEXT = {
+    "type": "object",
+    "required": ["type", "text"],
+    "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+}
+
+OPENAI_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "oneOf": [
+            {
+                "type": "object",
+                "required": ["role", "content"],
+                "properties": {"role": {"enum": ["system", "user"]}, "content": {"type": "string"}},
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "required": ["role"],
+                "properties": {
+                    "role": {"const": "assistant"},
+                    "content": {"type": ["string", "null"]},
+                    "tool_calls": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["id", "type", "function"],
+                            "properties": {
+                                "id": {"type": "string"},
+                                "type": {"const": "function"},
+                                "function": {
+                                    "type": "object",
+                                    "required": ["name", "arguments"],
+                                    # The arguments travel as a JSON *string* on this wire.
+                                    "properties": {
+                                        "name": {"type": "string"},
+                                        "arguments": {"type": "string"},
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "required": ["role", "tool_call_id", "content"],
+                "properties": {
+                    "role": {"const": "tool"},
+                    "tool_call_id": {"type": "string"},
+                    "content": {"type": "string"},
+                },
+                "additionalProperties": False,
+            },
+        ]
+    },
+}
+
+ANTHROPIC_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["role", "content"],
+        "properties": {
+            "role": {"enum": ["user", "assistant"]},
+            "content": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "oneOf": [
+                        _TEXT,
+                        {
+                            "type": "object",
+                            "required": ["type", "id", "name", "input"],
+                            "properties": {"type": {"const": "tool_use"}, "input": {"type": "object"}},
+                        },
+                        {
+                            "type": "object",
+                            "required": ["type", "tool_use_id", "content"],
+                            "properties": {
+                                "type": {"const": "tool_result"},
+                                "tool_use_id": {"type": "string"},
+                                "content": {"type": "array", "items": _TEXT},
+                                "is_error": {"type": "boolean"},
+                            },
+                        },
+                    ]
+                },
+            },
+        },
+        "additionalProperties": False,
+    },
+}
+
+
+def _text(blocks: object) -> str:
+    if not isinstance(blocks, list):
+        return str(blocks or "")
+    return "".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+
+
+def to_openai_messages(system_prompt: str, messages: Sequence[object]) -> list[dict[str, Any]]:
+    """Chat Completions `messages`: system first, tool calls under `tool_calls`, one `tool` message per result."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    for message in messages:
+        data = plain(message)
+        assert isinstance(data, dict)
+        role = data.get("role")
+        if role == "assistant":
+            calls = [
+                b for b in data.get("content", []) if isinstance(b, dict) and b.get("type") == "toolCall"
+            ]
+            entry: dict[str, Any] = {"role": "assistant", "content": _text(data.get("content")) or None}
+            if calls:
+                entry["tool_calls"] = [
+                    {
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {
+                            "name": call["name"],
+                            "arguments": json.dumps(call["arguments"], ensure_ascii=False),
+                        },
+                    }
+                    for call in calls
+                ]
+            out.append(entry)
+        elif role == "toolResult":
+            out.append(
+                {"role": "tool", "tool_call_id": data["toolCallId"], "content": _text(data.get("content"))}
+            )
+        else:
+            out.append({"role": "user", "content": _text(data.get("content"))})
+    return out
+
+
+def to_anthropic_messages(messages: Sequence[object]) -> list[dict[str, Any]]:
+    """Messages API `messages`: tool_use blocks in the assistant turn, tool_result blocks in the next user turn."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        data = plain(message)
+        assert isinstance(data, dict)
+        role = data.get("role")
+        if role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            for block in data.get("content", []):
+                if block.get("type") == "toolCall":
+                    blocks.append(
+                        {
+                            "type": "tool_use",
+                            "id": block["id"],
+                            "name": block["name"],
+                            "input": block["arguments"],
+                        }
+                    )
+                elif block.get("text"):
+                    blocks.append({"type": "text", "text": block["text"]})
+            out.append({"role": "assistant", "content": blocks})
+            continue
+        if role == "toolResult":
+            block = {
+                "type": "tool_result",
+                "tool_use_id": data["toolCallId"],
+                "content": [{"type": "text", "text": _text(data.get("content"))}],
+                "is_error": bool(data.get("isError")),
+            }
+        else:
+            block = {"type": "text", "text": _text(data.get("content"))}
+        # The API alternates roles: results and a following prompt share one user turn.
+        if out and out[-1]["role"] == "user":
+            out[-1]["content"].append(block)
+        else:
+            out.append({"role": "user", "content": [block]})
+    return out
+
+
+def shape_problems(body: object, schema: dict[str, Any]) -> list[str]:
+    """JSON Schema errors of a request body, one line each with where they are."""
+    validator, _ = draft_2020_12()
+    return [
+        f"{'/'.join(str(p) for p in error.absolute_path) or '（顶层）'}：{error.message}"
+        for error in validator(schema).iter_errors(body)
+    ]
+
+
+def openai_pairing(body: Sequence[dict[str, Any]]) -> list[str]:
+    """Each assistant `tool_calls` must be followed by one `tool` message per id, before anything else."""
+    problems = []
+    for index, entry in enumerate(body):
+        if entry.get("role") == "tool" and (
+            index == 0 or body[index - 1].get("role") not in ("assistant", "tool")
+        ):
+            problems.append(
+                f"第 {index} 条 tool 消息（{entry.get('tool_call_id')}）前面没有发起调用的 assistant 消息"
+            )
+        wanted = [call["id"] for call in entry.get("tool_calls", [])]
+        if not wanted:
+            continue
+        answered = []
+        for later in body[index + 1 :]:
+            if later.get("role") != "tool":
+                break
+            answered.append(later.get("tool_call_id"))
+        missing = [call_id for call_id in wanted if call_id not in answered]
+        if missing:
+            problems.append(
+                f"第 {index} 条 assistant 消息的 tool_calls 没有紧随其后的 tool 消息：{'、'.join(missing)}"
+            )
+    return problems
+
+
+def anthropic_pairing(body: Sequence[dict[str, Any]]) -> list[str]:
+    """Each `tool_use` answered by a `tool_result` in the very next message, and no `tool_result` without one."""
+    problems = []
+    for index, entry in enumerate(body):
+        before = body[index - 1]["content"] if index > 0 else []
+        asked = {b.get("id") for b in before if b.get("type") == "tool_use"}
+        for block in entry["content"]:
+            if block.get("type") == "tool_result" and block.get("tool_use_id") not in asked:
+                problems.append(
+                    f"第 {index} 条消息的 tool_result（{block.get('tool_use_id')}）前面没有对应的 tool_use"
+                )
+        uses = [b["id"] for b in entry["content"] if b.get("type") == "tool_use"]
+        if not uses:
+            continue
+        following = body[index + 1]["content"] if index + 1 < len(body) else []
+        answered = [b.get("tool_use_id") for b in following if b.get("type") == "tool_result"]
+        missing = [use for use in uses if use not in answered]
+        if missing:
+            problems.append(f"第 {index} 条消息的 tool_use 没有紧随其后的 tool_result：{'、'.join(missing)}")
+    return problems
+
+
+@dataclass
+class WireView:
+    """The same transcript as both providers receive it, with the shape and pairing verdicts."""
+
+    openai: list[dict[str, Any]]
+    anthropic: list[dict[str, Any]]
+    problems: dict[str, list[str]]
+
+    @property
+    def valid(self) -> bool:
+        """True when both bodies have the right shape and every tool call is answered in place."""
+        return not any(self.problems.values())
+
+    def verdicts(self) -> list[str]:
+        """One line per provider: ✓, or ✗ with each problem."""
+        return [
+            f"✓ {name}：形状符合 JSON Schema，每个工具调用都紧接着得到回答"
+            if not found
+            else f"✗ {name}：" + "；".join(found)
+            for name, found in self.problems.items()
+        ]
+
+    def __str__(self) -> str:
+        dump = json.dumps
+        return "\n".join(
+            [
+                "OpenAI · messages",
+                dump(self.openai, ensure_ascii=False, indent=2),
+                "Anthropic · messages",
+                dump(self.anthropic, ensure_ascii=False, indent=2),
+                *self.verdicts(),
+            ]
+        )
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        def column(title: str, body: list[dict[str, Any]]) -> str:
+            # One line per wire message, so the pairing reads at a glance; the pretty JSON stays collapsed.
+            lines = "".join(
+                f'<div style="{PRE};border-left:3px solid #d0d7de;padding-left:6px">'
+                f"{html.escape(json.dumps(entry, ensure_ascii=False))}</div>"
+                for entry in body
+            )
+            return (
+                f"<div style='min-width:0'><b>{title}</b>{lines}"
+                f"{json_html(body, f'{title}（完整 JSON）', open_lines=0)}</div>"
+            )
+
+        lines = "".join(
+            f"<div style='color:{'#1a7f37' if line.startswith('✓') else '#cf222e'}'><b>{html.escape(line)}</b></div>"
+            for line in self.verdicts()
+        )
+        return (
+            f"<div style='font-size:12px'>{lines}<div style='display:grid;grid-template-columns:1fr 1fr;"
+            f"column-gap:12px'>{column('OpenAI · messages', self.openai)}"
+            f"{column('Anthropic · messages', self.anthropic)}</div></div>"
+        )
+
+
+def wire_view(system_prompt: str, messages: Sequence[object]) -> WireView:
+    """Translate a transcript for both providers and check each body's shape and tool pairing."""
+    openai = to_openai_messages(system_prompt, messages)
+    anthropic = to_anthropic_messages(messages)
+    return WireView(
+        openai=openai,
+        anthropic=anthropic,
+        problems={
+            "OpenAI": shape_problems(openai, OPENAI_SCHEMA) + openai_pairing(openai),
+            "Anthropic": shape_problems(anthropic, ANTHROPIC_SCHEMA) + anthropic_pairing(anthropic),
+        },
+    )
