@@ -6,11 +6,13 @@ they would show the reference answers and a finished lab before the learner has 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import nbformat
-from nbformat import NotebookNode
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
 
 # Cells that only make sense in the repository copy (the "outputs come from the solution" banner).
 REPO_ONLY_TAG = "repo-only"
@@ -27,10 +29,28 @@ def strip(nb: NotebookNode) -> NotebookNode:
     return nb
 
 
+def _strip_json(data: dict[str, Any]) -> dict[str, Any]:
+    """`strip` on the plain JSON of an nbformat-4 notebook."""
+    data["cells"] = [c for c in data["cells"] if REPO_ONLY_TAG not in c.get("metadata", {}).get("tags", [])]
+    for cell in data["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+        cell.get("metadata", {}).pop("execution", None)
+    return data
+
+
 def write_learner_copy(source: Path, target: Path) -> None:
     """Write the learner's copy of the notebook `source` to `target` (through a temporary file)."""
-    nb: NotebookNode = nbformat.read(source, as_version=4)  # type: ignore[no-untyped-call]
-    strip(nb)
     tmp = target.with_name(f".{target.name}.tmp")
-    nbformat.write(nb, tmp)  # type: ignore[no-untyped-call]
+    try:
+        import nbformat
+    except ImportError:
+        # `scripts/practice` runs on the standard library alone, before the kit is installed; a notebook
+        # is JSON, so its outputs can be dropped without nbformat there.
+        data = _strip_json(json.loads(source.read_text(encoding="utf-8")))
+        tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    else:
+        nb: NotebookNode = nbformat.read(source, as_version=4)  # type: ignore[no-untyped-call]
+        strip(nb)
+        nbformat.write(nb, tmp)  # type: ignore[no-untyped-call]
     os.replace(tmp, target)
