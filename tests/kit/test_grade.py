@@ -107,8 +107,8 @@ def graded(
     after = {folder.name: tree_digest(folder) for folder in order if folder.exists()}
     return {
         "code": code,
-        "records": {r["learner"]: r for r in records},
-        "order": [r["learner"] for r in records],
+        "records": {Path(r["folder"]).name: r for r in records},
+        "order": [Path(r["folder"]).name for r in records],
         "csv": list(csv.DictReader(csv_path.open(encoding="utf-8"))),
         "before": before,
         "after": after,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -12,9 +13,11 @@ from typing import Any
 
 import pytest
 from pi_course_kit import cli
+from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.instructor.grade import sandbox
-from pi_course_kit.instructor.grade.grader import FIRST_UID
+from pi_course_kit.instructor.grade import bwrap, sandbox
+from pi_course_kit.instructor.grade.bwrap import FIRST_UID, UID_SLOTS
+from pi_course_kit.instructor.grade.grader import Grader
 from test_grade import make_learner, tree_digest
 
 WALL_SECONDS = 20
@@ -91,7 +94,7 @@ def _sandbox_processes() -> list[str]:
             uid_line = next(line for line in status.read_text().splitlines() if line.startswith("Uid:"))
         except (OSError, StopIteration):
             continue
-        if int(uid_line.split()[1]) in range(FIRST_UID, FIRST_UID + JOBS):
+        if int(uid_line.split()[1]) in range(FIRST_UID, FIRST_UID + UID_SLOTS):
             left.append(status.parent.name)
     return left
 
@@ -157,7 +160,7 @@ def hostile(
     return {
         "code": code,
         "text": text,
-        "records": {r["learner"]: r for r in map(json.loads, text.splitlines())},
+        "records": {Path(r["folder"]).name: r for r in map(json.loads, text.splitlines())},
         "secret": secret_value,
         "escaped": escaped,
         "before": before,
@@ -190,26 +193,27 @@ def test_an_environment_secret_never_reaches_learner_code(hostile: dict[str, Any
     assert str(hostile["secret"]) not in str(hostile["text"])
 
 
-@pytest.mark.skipif(not ROOT, reason="writes outside the copy are contained only when grading runs as root")
 def test_writes_outside_the_copy_do_not_happen(hostile: dict[str, Any]) -> None:
     """Does none of the escape targets (/tmp, the repo, another learner, /root) exist after grading?"""
     assert hostile["escaped"] == []
     assert record(hostile, "escape")["status"] == "complete"
-    assert record(hostile, "escape")["sandbox"] == "isolated"
+    assert record(hostile, "escape")["sandbox"] == bwrap.BWRAP
 
 
 def test_an_endless_loop_is_stopped_at_the_wall_time(hostile: dict[str, Any]) -> None:
-    """Is the endless loop stopped by the wall-time limit and reported as a timeout?"""
+    """Is an endless loop at import stopped and reported as one, with nothing passed?"""
     loop = record(hostile, "loop")
-    assert loop["status"] == "timeout"
-    assert WALL_SECONDS <= float(str(loop["seconds"])) < WALL_SECONDS + 15
+    # The report plugin may stop an import that never ends first (its own limit), else the wall time does.
+    assert loop["status"] in ("timeout", "error")
+    assert loop["status"] == "timeout" or "endless loop" in loop["message"]
+    assert loop["passed"] == 0
 
 
 def test_a_huge_allocation_hits_the_memory_limit(hostile: dict[str, Any]) -> None:
     """Does allocating 8 GiB fail inside the sandbox and get reported for that learner?"""
     memory = record(hostile, "memory")
     assert memory["status"] == "error"
-    assert "memory limit reached" in memory["flags"]
+    assert "MemoryError" in memory["message"]
 
 
 def test_spawning_many_processes_is_limited_and_cleaned_up(hostile: dict[str, Any]) -> None:
@@ -248,61 +252,35 @@ def test_the_grader_leaves_no_scratch_behind(hostile: dict[str, Any]) -> None:
     assert hostile["scratch_left"] == []
 
 
-POLLUTE = """
-import os
-import sys
-
-import _pytest.python
-import hypothesis
-
-
-def test_pollute():
-    hypothesis.pi_course_mark = True
-    _pytest.python.pi_course_mark = True
-    sys.modules["pi_course_planted"] = sys
-    os.environ["PI_COURSE_PLANTED"] = "1"
-    sys.path.append("/planted")
-"""
-
-CHECK = """
-import os
-import sys
-
-import _pytest.python
-import hypothesis
-
-
-def test_check():
-    assert not hasattr(hypothesis, "pi_course_mark")
-    assert not hasattr(_pytest.python, "pi_course_mark")
-    assert "pi_course_planted" not in sys.modules
-    assert "PI_COURSE_PLANTED" not in os.environ
-    assert "/planted" not in sys.path
-"""
-
-
-def test_a_fork_server_run_leaves_nothing_behind_for_the_next_learner(tmp_path: Path) -> None:
-    """Does a run that changes modules the fork server preloaded leave the server's next run untouched?"""
-    level, uid = (sandbox.ISOLATED, FIRST_UID) if ROOT else (sandbox.LIMITS, None)
-    server = sandbox.ForkServer(tmp_path / "server.log")
-    results, servers = [], []
+def test_concurrent_batches_get_distinct_uids(tmp_path: Path) -> None:
+    """Do two batches claiming sandbox uids at once (same lock folder) never share one?"""
+    first = bwrap.UidPool(3, tmp_path)
+    second = bwrap.UidPool(3, tmp_path)
     try:
-        for name, source in (("pollute", POLLUTE), ("check", CHECK)):
-            work = tmp_path / name
-            work.mkdir()
-            (work / f"test_{name}.py").write_text(source, encoding="utf-8")
-            (work / "pytest.ini").write_text(
-                "[pytest]\naddopts = --disable-plugin-autoload\n", encoding="utf-8"
-            )
-            sandbox.prepare_work(work, uid)
-            env = sandbox.minimal_env(work)
-            limits = sandbox.Limits(wall_seconds=60)
-            args = ["-q", "-p", "no:cacheprovider"]
-            results.append(server.run(args, work, env, limits, level, tmp_path / f"{name}.log", uid))
-            assert server.process is not None
-            servers.append(server.process.pid)
+        assert not set(first.uids) & set(second.uids)
+        assert all(uid >= FIRST_UID for uid in first.uids + second.uids)
     finally:
-        server.close()
-    assert [r.returncode for r in results] == [0, 0], [r.output for r in results]
-    assert "1 passed" in results[1].output
-    assert servers[0] == servers[1]  # one server ran both: the second run forked from the same parent
+        first.close()
+        second.close()
+    again = bwrap.UidPool(1, tmp_path)
+    again.close()
+    assert again.uids == [first.uids[0]]  # released uids are claimed again
+
+
+@pytest.mark.skipif(not ROOT, reason="the refusal is for root")
+def test_unsafe_grading_is_refused_as_root(course: Course) -> None:
+    """Does `--unsafe` as root refuse to run learner code as uid 0?"""
+    with pytest.raises(KitError, match="never run as uid 0"):
+        Grader(course, sandbox.Limits(), unsafe=True)
+
+
+def test_a_missing_bubblewrap_fails_loudly_with_the_fix(
+    course: Course, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Without bwrap, does grading stop before any learner code runs, in one line naming the fix?"""
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # the module bwrap looks bwrap up with
+    code = cli.main(["grade", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "apt-get install bubblewrap" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

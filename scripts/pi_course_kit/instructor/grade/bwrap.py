@@ -107,7 +107,7 @@ def command(
 ) -> list[str]:
     """The full bwrap command line that runs `python ARGS` in the staged `tree`."""
     python, base = interpreter()
-    argv = ["bwrap", "--die-with-parent", "--new-session", "--clearenv"]
+    argv = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session", "--clearenv"]
     if uid is None:
         argv += ["--unshare-all", "--unshare-user", "--disable-userns"]
     else:
@@ -177,6 +177,9 @@ def run(argv: Sequence[str], log: Path, wall_seconds: float) -> tuple[int, bool,
             stdout=sink,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # bwrap stays PID 1 of the sandbox, and learner code of the same uid can read its
+            # /proc/1/environ: it must start with nothing of the grader's environment.
+            env={"PATH": "/usr/bin:/bin"},
         )
         try:
             returncode = process.wait(timeout=wall_seconds)
