@@ -43,6 +43,8 @@ class LabInfo:
     title: str = ""
     optional: bool = False
     inherited: bool = False
+    #: The functions and classes the lab asks for, in manifest order.
+    implements: tuple[str, ...] = ()
 
 
 @dataclass
@@ -90,7 +92,17 @@ def parse_marker_line(line: str) -> LabInfo | None:
     name = name.strip()
     parts = [part.strip() for part in description.split(" | ")]
     if len(parts) >= 2 and parts[0]:
-        return LabInfo(parts[0], name, parts[1], "optional" in parts[2:], "inherited" in parts[2:])
+        implements = next(
+            (p.removeprefix("implements=") for p in parts[2:] if p.startswith("implements=")), ""
+        )
+        return LabInfo(
+            parts[0],
+            name,
+            parts[1],
+            "optional" in parts[2:],
+            "inherited" in parts[2:],
+            tuple(n for n in implements.split(",") if n),
+        )
     if match := LAB_MARKER.match(name):
         return LabInfo(f"{match['major']}.{match['minor']}", name)
     return None
@@ -137,10 +149,12 @@ def function_at(path: Path, line: int) -> str | None:
     return max(holding, key=lambda item: item[1])[0] if holding else None
 
 
-def lab_entry(root: Path, package: str, lab: str) -> tuple[str, str | None] | None:
-    """(`path:line`, function) where a lab starts: its first stub's raise, else its `# ## Lab` heading."""
-    pattern = re.compile(rf"LabNotImplemented\(\s*[\"']{re.escape(lab)}[\"']")
-    heading: tuple[str, None] | None = None
+def lab_entry(root: Path, package: str, lab: LabInfo) -> tuple[str, str | None] | None:
+    """(`path:line`, function) where a lab starts: its first stub's raise, else its first function, else its heading."""
+    pattern = re.compile(rf"LabNotImplemented\(\s*[\"']{re.escape(lab.id)}[\"']")
+    wanted = [name for target in lab.implements for name in (target, f"{target}.__init__")]
+    heading: tuple[str, str | None] | None = None
+    found: list[tuple[int, str, str]] = []
     for path in sorted((root / package).rglob("*.py")):
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
@@ -150,8 +164,16 @@ def lab_entry(root: Path, package: str, lab: str) -> tuple[str, str | None] | No
         for number, text in enumerate(lines, 1):
             if pattern.search(text):
                 return f"{shown}:{number}", function_at(path, number)
-            if heading is None and (match := LAB_SECTION.match(text)) and match["lab"] == lab:
+            if heading is None and (match := LAB_SECTION.match(text)) and match["lab"] == lab.id:
                 heading = (f"{shown}:{number}", None)
+        found += [
+            (wanted.index(name), f"{shown}:{first}", name)
+            for name, first, _last in _functions(path)
+            if name in wanted
+        ]
+    if found:
+        _rank, where, name = min(found)
+        return where, name
     return heading
 
 

@@ -94,24 +94,29 @@ def readable_diff(text: str, limit: int = 3, width: int = 160) -> list[str]:
     if not lines or not lines[0]:
         return []
     body = lines[1:]
-    if any(line.startswith("Drill down") for line in body):
-        start = next(i for i, line in enumerate(body) if line.startswith("Drill down"))
-        body = body[start + 1 :]
+    drill = [i for i, line in enumerate(body) if line.startswith("Drill down")]
+    if drill:
+        body = body[drill[-1] + 1 :]
     picked: list[str] = []
-    skip_next = False
+    header = ""
     for line in body:
-        if skip_next:
-            skip_next = False
+        if header:
+            # A header ("Differing items:", "Left contains 1 more item:") reads best joined to its first line.
+            if not header.startswith("Matching attributes"):
+                picked.append(f"{header} {line}")
+            header = ""
+        elif not line or (
+            _NOISE.match(line) and not line.startswith(("Left contains", "Right contains", "Matching"))
+        ):
             continue
-        if line.startswith("Matching attributes"):
-            skip_next = True  # the list of attributes that agree says nothing about the mistake
-            continue
-        if not line or _NOISE.match(line) or (line.endswith(":") and not line.startswith("+")):
-            continue
-        picked.append(line if len(line) <= width else line[: width - 1] + "…")
+        elif line.endswith(":") and not line.startswith("+"):
+            header = line
+        elif " object at 0x" not in line:  # a default repr names a memory address, not the mistake
+            picked.append(line)
+    picked = [line if len(line) <= width else line[: width - 1] + "…" for line in picked]
     first = lines[0] if lines[0].startswith("assert") else ""
-    if not picked and first:
-        picked = [first]
+    if first and (not picked or all(line.startswith("+") for line in picked)):
+        picked.insert(0, first)
     return picked[:limit]
 
 
@@ -447,7 +452,7 @@ class ReportPlugin:
             return
         rows = [row for row in summarise(self.labs, self.records, self.collected) if row.total]
         recorded = read_progress(self.root)
-        entries = {lab.id: entry for lab in self.labs if (entry := lab_entry(self.root, PACKAGE, lab.id))}
+        entries = {lab.id: entry for lab in self.labs if (entry := lab_entry(self.root, PACKAGE, lab))}
         step = next_step(rows, self.labs, recorded, entries)
         stopped = any(row.collected > row.total for row in rows)
         for line in render(rows, step, stopped):

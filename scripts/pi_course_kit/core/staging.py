@@ -20,7 +20,9 @@ def marker_line(lab: Lab) -> str:
     flags = "".join(
         f" | {flag}" for flag, on in (("optional", lab.optional), ("inherited", lab.inherited)) if on
     )
-    return f"{lab.marker}: {lab.id} | {lab.title}{flags}"
+    # What the lab implements lets the report point a failing lab at its first function.
+    implements = f" | implements={','.join(lab.implements)}" if lab.implements else ""
+    return f"{lab.marker}: {lab.id} | {lab.title}{flags}{implements}"
 
 
 def pytest_ini(checkpoint: Checkpoint, timeout_seconds: int = 10) -> str:

@@ -12,11 +12,19 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from pi_course_kit.core import records
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import PracticeFolder, open_folder
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.runner import RunResult, run_tests
 
-STATUS_STYLE = {"done": "green", "failing": "red", "not started": "yellow", "blocked": "magenta"}
+STATUS_STYLE = {
+    records.DONE: "green",
+    records.FAILING: "red",
+    records.NOT_STARTED: "yellow",
+    records.IN_PROGRESS: "yellow",
+    records.BLOCKED: "magenta",
+}
 # Beyond the per-test timeout (pytest-timeout, in pytest.ini), a whole run that still does not end
 # (learner code that swallows even the timeout) is killed from outside after this long.
 RUN_TIMEOUT = 120.0
@@ -70,59 +78,52 @@ def short(folder: PracticeFolder, location: str | None) -> str | None:
     return f"{folder.relative(candidate)}:{line}"
 
 
-def first_message(result: RunResult, lab: str) -> str | None:
-    """The message of the first non-passing test of a lab."""
-    for record in result.tests:
-        if record.get("lab") == lab and record.get("outcome") == "failed":
-            return str(record.get("message") or record.get("exc_type") or "")
-    return None
-
-
 def explain(folder: PracticeFolder, result: RunResult, elapsed: float) -> tuple[list[str], list[str]]:
     """Lines before and after the per-lab table: problems first, then the next step."""
     before: list[str] = []
     after: list[str] = []
     for error in result.collect_errors:
         where = short(folder, error.get("location")) or error.get("nodeid") or "tests"
-        lab = f" (in Lab {error['lab']})" if error.get("lab") else ""
-        before.append(f"cannot import your code: {where}{lab}: {error.get('message')}")
-        before.append("  fix that line first; no lab can run until the package imports")
+        lab = _(" (in Lab {lab})").format(lab=error["lab"]) if error.get("lab") else ""
+        before.append(
+            _("cannot import your code: {where}{lab}: {message}").format(
+                where=where, lab=lab, message=error.get("message")
+            )
+        )
+        before.append(_("  fix that line first; no lab can run until the package imports"))
     if result.timed_out:
         before.append(
-            f"the test run did not finish within {RUN_TIMEOUT:g} s and was stopped: probably an endless loop "
-            "that also swallows the per-test timeout (a bare `except:`?)"
+            _(
+                "the test run did not finish within {seconds} s and was stopped: probably an endless loop "
+                "that also swallows the per-test timeout (a bare `except:`?)"
+            ).format(seconds=f"{RUN_TIMEOUT:g}")
         )
     elif not result.finished:
         before.append(
-            f"the test run ended without its report (exit code {result.returncode}): something ended the "
-            "process, e.g. os._exit() or a crash while importing pi_course"
+            _(
+                "the test run ended without its report (exit code {code}): something ended the "
+                "process, e.g. os._exit() or a crash while importing pi_course"
+            ).format(code=result.returncode)
         )
         before += ["  " + line for line in result.output.strip().splitlines()[-12:]]
     if not result.crashed and not result.tests and not result.collect_errors:
-        after.append("no tests ran; check the --lab you asked for")
+        after.append(_("no tests ran; check the --lab you asked for"))
         return before, after
+    if result.crashed or result.collect_errors:
+        return before, after
+    if any(int(row.get("collected") or 0) > int(row["total"]) for row in result.labs):
+        after.append(
+            _("the run stopped early (-x or --maxfail): the counts above are only the tests that ran")
+        )
     step = result.next_step
-    if step is None:
-        if result.tests and not result.crashed:
-            after.append(
-                "next: every lab here is done. Try the optional exercise or move on to the next checkpoint."
-            )
-        return before, after
-    message = first_message(result, step["lab"])
-    optional = any(row["id"] == step["lab"] and row.get("optional") for row in result.labs)
-    if optional:
-        after.append("every required lab here is done.")
-    label = "optional next" if optional else "next"
-    after.append(f"{label}: Lab {step['lab']} ({step['status']}): {step['what']}")
-    if message and message != step["what"]:
-        after.append(f"  red:  {message}")
-    if location := short(folder, step.get("location")):
-        after.append(f"  edit: {location}")
-    after.append(
-        f"  run:  {step['command'].replace(chr(34), '')}   (or: pi-course check --lab {step['lab']})"
-    )
-    after.append(f"  stuck? pi-course hint {step['lab']}")
-    return before, after
+    if step is not None and step.get("location"):
+        step = {**step, "location": short(folder, step["location"])}
+    lines = records.step_lines(step)
+    if step is not None:
+        lines = [line.replace('"', "") for line in lines]
+        lines[-1] += _("   (or: pi-course check --lab {lab})").format(lab=step["lab"])
+        lines.append(_("  stuck? pi-course hint {lab}").format(lab=step["lab"]))
+    return before, after + lines
 
 
 def render(folder: PracticeFolder, result: RunResult, elapsed: float, title: str) -> None:
@@ -139,26 +140,26 @@ def render(folder: PracticeFolder, result: RunResult, elapsed: float, title: str
     for line in before:
         print(line)
     if rows:
-        width = max(len(str(row["id"])) for row in [*rows, {"id": "lab"}])
-        status_width = max(len(_status(row)) for row in rows)
-        print(f"{'lab':<{width}}  {'tests':>7}  {'status':<{status_width}}  title")
-        for row in rows:
-            print(f"{row['id']:<{width}}  {_count(row):>7}  {_status(row):<{status_width}}  {row['title']}")
+        header = [_("lab"), _("tests"), _("status"), _("title")]
+        cells = [[str(row["id"]), _count(row), _status(row), str(row["title"])] for row in rows]
+        widths = [max(records.display_width(cell[i]) for cell in [header, *cells]) for i in range(3)]
+        for cell in [header, *cells]:
+            print(
+                f"{records.pad(cell[0], widths[0])}  {records.pad(cell[1], widths[1], right=True)}  "
+                f"{records.pad(cell[2], widths[2])}  {cell[3]}".rstrip()
+            )
     for line in after:
         print(line)
 
 
 def _count(row: dict[str, Any]) -> str:
-    return f"{row['passed']}/{row['total']}"
+    return records.count_text(
+        int(row["passed"]), int(row["total"]), int(row.get("collected") or row["total"])
+    )
 
 
 def _status(row: dict[str, Any]) -> str:
-    status = str(row["status"])
-    if row.get("blocked_by"):
-        status += f" by {row['blocked_by']}"
-    if row.get("optional") and row["status"] != "done":
-        status += " (optional)"
-    return status
+    return records.status_text(str(row["status"]), row.get("blocked_by"), bool(row.get("optional")))
 
 
 def _render_rich(title: str, before: list[str], rows: list[dict[str, Any]], after: list[str]) -> None:
@@ -171,15 +172,21 @@ def _render_rich(title: str, before: list[str], rows: list[dict[str, Any]], afte
     for line in before:
         console.print(Text(line, style="red"))
     if rows:
+        # rich measures cells by terminal width, so CJK titles and statuses stay aligned.
         table = Table(show_edge=False, pad_edge=False)
-        for name, justify in (("lab", "left"), ("tests", "right"), ("status", "left"), ("title", "left")):
+        for name, justify in (
+            (_("lab"), "left"),
+            (_("tests"), "right"),
+            (_("status"), "left"),
+            (_("title"), "left"),
+        ):
             table.add_column(name, justify=justify)  # type: ignore[arg-type]
         for row in rows:
             style = STATUS_STYLE.get(str(row["status"]), "")
             table.add_row(str(row["id"]), _count(row), Text(_status(row), style=style), str(row["title"]))
         console.print(table)
     for line in after:
-        console.print(Text(line, style="bold cyan" if line.startswith("next") else ""))
+        console.print(Text(line, style="bold cyan" if not line.startswith(" ") else ""))
 
 
 def run_once(folder: PracticeFolder, args: list[str], verbose: bool, header: str = "") -> RunResult:
