@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.folder import find_root
 from pi_course_kit.core.manifest import ManifestError
 from pi_course_kit.instructor.mutate import MutationError, mutation_diff, mutation_lab, run_mutation
 from pi_course_kit.instructor.options import add_manifest_option, load_course
@@ -15,11 +16,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="checkpoint id, e.g. 06")
     parser.add_argument("mutation", nargs="?", help="mutation name; omit it to list the mutations")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds for the test run (default 300)")
+    parser.add_argument(
+        "--show-solution",
+        action="store_true",
+        help="inside a practice folder, show the mutation anyway (its diff shows solution code)",
+    )
     add_manifest_option(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """List mutations (exit 0), or run one: exit 0 when a focused test catches it, 1 when none does."""
+    if args.mutation is not None and not args.show_solution:
+        try:
+            find_root()
+        except KitError:
+            pass  # not a practice folder: the instructor's path
+        else:
+            # A learner's folder: the mutation diff is solution code, shown only when asked for.
+            raise KitError(
+                "diagnose shows solution code and is meant for instructors; "
+                "add --show-solution if you really want to see it here"
+            )
     course = load_course(args)
     checkpoint = course.checkpoint(args.checkpoint)
     if args.mutation is None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import ast
 
-from pi_course_kit.core import manifest
+from pi_course_kit.core import manifest, records
 from pi_course_kit.core.folder import PracticeFolder, open_folder
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import Checkpoint, Lab
 
 
@@ -15,19 +17,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true", help="show again every hint you have already seen")
 
 
+def syntax_error(folder: PracticeFolder, checkpoint: Checkpoint) -> tuple[str, int, str] | None:
+    """(file, line, message) of the first teaching file that does not parse, else None."""
+    for relative in checkpoint.teaching_files:
+        path = folder.root / relative
+        try:
+            ast.parse(path.read_text(encoding="utf-8"), relative)
+        except SyntaxError as error:
+            return relative, error.lineno or 1, error.msg
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+    return None
+
+
 def choose_lab(folder: PracticeFolder, checkpoint: Checkpoint, wanted: str | None) -> Lab:
-    """The lab asked for, else the one the last check pointed to, else the first lab."""
+    """The lab asked for; else the lab of a line that does not parse; else the earliest unfinished required lab."""
     if wanted:
         return checkpoint.lab(wanted)
+    known = {lab.id: lab for lab in checkpoint.labs}
+    broken = syntax_error(folder, checkpoint)
+    if broken is not None:
+        owner = records.lab_of_line(folder.root / broken[0], broken[1])
+        if owner in known:
+            return known[owner]
+    done = records.read_progress(folder.root)
+    required = [lab for lab in checkpoint.labs if not lab.optional]
+    unfinished = [lab for lab in required if done.get(lab.id) != records.DONE]
     last = folder.meta.get("last_next_lab")
-    known = {lab.id for lab in checkpoint.labs}
-    return checkpoint.lab(last) if last in known else checkpoint.labs[0]
+    # The optional exercise is never the default while a required lab is unfinished.
+    if last in known and (not known[last].optional or not unfinished):
+        return known[last]
+    return (unfinished or required or checkpoint.labs)[0]
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the next unseen hint (or the last one again once all are seen) and remember it."""
     folder = open_folder()
     checkpoint = manifest.load(folder.course_path).checkpoint(folder.checkpoint_id)
+    if not args.lab and (broken := syntax_error(folder, checkpoint)) is not None:
+        print(
+            _(
+                "{file}:{line} does not parse ({message}): fix that line first; the hint below is for its lab"
+            ).format(file=broken[0], line=broken[1], message=broken[2])
+        )
     lab = choose_lab(folder, checkpoint, args.lab)
     seen: dict[str, int] = folder.meta.setdefault("hints", {})
     total = len(lab.hints)
@@ -39,11 +71,23 @@ def run(args: argparse.Namespace) -> int:
         seen[lab.id] = min(already + 1, total)
         folder.save()
     for index in shown:
-        print(f"hint {index + 1}/{total} for Lab {lab.id} · {lab.title}")
+        print(
+            _("hint {n}/{total} for Lab {lab} · {title}").format(
+                n=index + 1, total=total, lab=lab.id, title=lab.title
+            )
+        )
         print(f"  {lab.hints[index]}")
     count = int(seen.get(lab.id, 0))
     if count >= total:
-        print(f"that was the last hint for Lab {lab.id}; LAB-GUIDE.md and the notebook explain the contract")
+        print(
+            _(
+                "that was the last hint for Lab {lab}; CONTRACT.md, LAB-GUIDE.md and the notebook explain the contract"
+            ).format(lab=lab.id)
+        )
     else:
-        print(f"run `pi-course hint {lab.id}` again for hint {count + 1}/{total}")
+        print(
+            _("run `pi-course hint {lab}` again for hint {n}/{total}").format(
+                lab=lab.id, n=count + 1, total=total
+            )
+        )
     return 0

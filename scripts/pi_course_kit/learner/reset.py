@@ -14,6 +14,7 @@ from pathlib import Path
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import BACKUP_DIR, META_DIR, PracticeFolder, open_folder
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.regions import find_stubs, functions
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -27,6 +28,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="restore every teaching file to the starter (even one that does not parse)",
     )
+    parser.add_argument(
+        "--undo",
+        action="store_true",
+        help="put back the version the last reset saved (your current files are backed up first)",
+    )
+
+
+def undo(folder: PracticeFolder, teaching_files: list[str]) -> int:
+    """Restore the files of the newest backup, after backing up the current ones (so undo is undoable too)."""
+    base = folder.root / META_DIR / BACKUP_DIR
+    saved = (
+        sorted((p for p in base.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime_ns)
+        if base.is_dir()
+        else []
+    )
+    saved = [p for p in saved if any((p / relative).is_file() for relative in teaching_files)]
+    if not saved:
+        raise KitError(
+            _("there is no reset to undo: {folder} holds no backup").format(folder=f"{META_DIR}/{BACKUP_DIR}")
+        )
+    source = saved[-1]
+    files = [relative for relative in teaching_files if (source / relative).is_file()]
+    for relative in files:
+        (source / relative).read_text(encoding="utf-8")  # refuse a damaged backup before changing anything
+    current = backup(folder, files, "before-undo")
+    for relative in files:
+        write_text_atomically(folder.root / relative, (source / relative).read_text(encoding="utf-8"))
+    print(_("restored {files} from {backup}/").format(files=", ".join(files), backup=folder.relative(source)))
+    print(_("the version you had just now is saved in {backup}/").format(backup=folder.relative(current)))
+    return 0
 
 
 def _header_ends(source: str) -> list[int]:
@@ -194,10 +225,22 @@ def run(args: argparse.Namespace) -> int:
     saved = backup(folder, list(new_text), label)
     for relative, text in new_text.items():
         write_text_atomically(folder.root / relative, text)
-    print(f"your version is saved in {folder.relative(saved)}/")
+    print(
+        _("your version is saved in {backup}/; `pi-course reset --undo` puts it back").format(
+            backup=folder.relative(saved)
+        )
+    )
     if args.all:
-        print(f"restored the starter version of {', '.join(new_text)}")
+        print(_("restored the starter version of {files}").format(files=", ".join(new_text)))
     else:
-        print(f"restored the Lab {args.lab} stubs: {', '.join(restored)}; your other labs are untouched")
-    print(f"next: pi-course check --lab {args.lab}" if args.lab else "next: pi-course check")
+        print(
+            _("restored the Lab {lab} stubs: {names}; your other labs are untouched").format(
+                lab=args.lab, names=", ".join(restored)
+            )
+        )
+    print(
+        _("next: pi-course check --lab {lab}").format(lab=args.lab)
+        if args.lab
+        else _("next: pi-course check")
+    )
     return 0
