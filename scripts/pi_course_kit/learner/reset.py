@@ -188,13 +188,19 @@ def starter_text(folder: PracticeFolder, relative: str, starter_tree: Path) -> s
 
 def run(args: argparse.Namespace) -> int:
     """Back up, then restore the lab's stubs (or every teaching file with --all)."""
-    if not args.lab and not args.all:
+    if args.undo and (args.lab or args.all):
+        raise KitError(_("--undo takes no lab and no --all: it puts back what the last reset saved"))
+    if not args.lab and not args.all and not args.undo:
         raise KitError(
-            "name the lab to reset (e.g. `pi-course reset 6.2`), or use --all for every teaching file"
+            _(
+                "name the lab to reset (e.g. `pi-course reset 6.2`), use --all for every teaching file, or --undo"
+            )
         )
     folder = open_folder()
     course = manifest.load(folder.course_path)
     checkpoint = course.checkpoint(folder.checkpoint_id)
+    if args.undo:
+        return undo(folder, list(checkpoint.teaching_files))
     starter_tree = course.root / checkpoint.starter
     files = list(checkpoint.teaching_files)
     new_text: dict[str, str] = {}
