@@ -284,3 +284,19 @@ def test_a_missing_bubblewrap_fails_loudly_with_the_fix(
     assert code == 2
     assert "apt-get install bubblewrap" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_unsafe_grading_without_root_grades_as_usual_and_says_so(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --unsafe (as a non-root instructor would), are scores unchanged and every record flagged?"""
+    complete = make_learner(course, checkpoint, tmp_path / "complete", labs_from_solution=True)
+    untouched = make_learner(course, checkpoint, tmp_path / "untouched")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # the Grader's own root check only
+    grader = Grader(course, sandbox.Limits(wall_seconds=60), jobs=2, unsafe=True)
+    try:
+        records = grader.grade_all([complete, untouched])
+    finally:
+        grader.close()
+    assert [(r.status, r.passed) for r in records] == [("complete", 96), ("not started", 0)]
+    assert all(any("--unsafe" in flag for flag in r.flags) for r in records)

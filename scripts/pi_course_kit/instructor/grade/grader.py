@@ -270,6 +270,7 @@ class Grader:
                 tree, {JSON_ENV: str(out / "report.jsonl"), "PYTHONPATH": str(self.kit_dir)}
             )
             env.pop("VIRTUAL_ENV", None)
+            sandbox.prepare_work(tree, None)
             return sandbox.run(
                 [sys.executable, *args], tree, env, self.limits, sandbox.LIMITS, out.parent / "output.log"
             )
