@@ -313,13 +313,13 @@ def test_adapters_give_the_openai_and_anthropic_tool_formats() -> None:
 def test_meta_schema_check_accepts_echo_and_names_what_is_wrong_otherwise() -> None:
     """Does the 2020-12 meta-schema check pass echo, and name the path of an invalid type and a non-object top?"""
     view = adapters.provider_tools([ECHO])
-    assert view.valid and view.verdicts() == ["✓ echo: JSON Schema 2020-12 ok"]
+    assert view.valid and view.verdicts() == ["✓ echo：符合 JSON Schema 2020-12"]
     bad = {"type": "object", "properties": {"value": {"type": "text"}}}
     assert adapters.schema_problems(bad)[0].startswith(
-        "not valid JSON Schema 2020-12 at properties/value/type"
+        "不是合法的 JSON Schema 2020-12（位置 properties/value/type）"
     )
     assert adapters.schema_problems({"type": "string"}) == [
-        'tool parameters must have "type": "object", got \'string\''
+        '工具参数的顶层必须是 "type": "object"，现在是 \'string\''
     ]
     broken = adapters.provider_tools([{**ECHO, "parameters": bad}])
     assert not broken.valid and "✗ echo" in str(broken) and "#cf222e" in broken._repr_html_()

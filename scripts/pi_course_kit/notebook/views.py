@@ -14,8 +14,8 @@ from typing import Any
 
 MONO = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,'Noto Sans Mono CJK SC',monospace"
 PRE = f"margin:2px 0;{MONO};font-size:12px;white-space:pre-wrap;word-break:break-word"
-# Longer than this, JSON goes into a collapsed <details> block.
-OPEN_LINES = 12
+# Longer than this, JSON goes into a collapsed <details> block (one tool result, 16 lines, stays open).
+OPEN_LINES = 16
 
 
 def plain(value: object) -> object:

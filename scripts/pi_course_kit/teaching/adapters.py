@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from pi_course_kit.notebook.views import PRE, json_html
+
 # rfc3987_syntax compiles a grammar when imported (about 2.5 s here), and jsonschema imports it only to
 # check the "iri" formats, which the Draft 2020-12 meta-schema never uses. Blocking it while jsonschema
 # loads keeps a notebook run short without changing what check_schema reports.
@@ -74,18 +76,18 @@ def to_anthropic(definition: object) -> dict[str, Any]:
 def schema_problems(schema: object) -> list[str]:
     """Problems of one tool parameter schema: Draft 2020-12 meta-schema errors, and a non-object top level."""
     if not isinstance(schema, dict):
-        return [f"the schema must be a JSON object, got {type(schema).__name__}"]
+        return [f"schema 必须是 JSON 对象，现在是 {type(schema).__name__}"]
     validator, schema_error = draft_2020_12()
     problems = []
     try:
         validator.check_schema(schema)
     except schema_error as error:
         found: Any = error  # a jsonschema SchemaError: absolute_path and message
-        where = "/".join(str(part) for part in found.absolute_path) or "(top level)"
-        problems.append(f"not valid JSON Schema 2020-12 at {where}: {found.message}")
+        where = "/".join(str(part) for part in found.absolute_path) or "顶层"
+        problems.append(f"不是合法的 JSON Schema 2020-12（位置 {where}）：{found.message}")
     # Both providers describe tool input as one JSON object.
     if schema.get("type") != "object":
-        problems.append(f'tool parameters must have "type": "object", got {schema.get("type")!r}')
+        problems.append(f'工具参数的顶层必须是 "type": "object"，现在是 {schema.get("type")!r}')
     return problems
 
 
@@ -105,7 +107,7 @@ class ProviderTools:
     def verdicts(self) -> list[str]:
         """One line per tool: `✓ echo` or `✗ echo: problem; problem`."""
         return [
-            f"✓ {name}: JSON Schema 2020-12 ok" if not found else f"✗ {name}: " + "; ".join(found)
+            f"✓ {name}：符合 JSON Schema 2020-12" if not found else f"✗ {name}：" + "；".join(found)
             for name, found in self.problems.items()
         ]
 
@@ -125,10 +127,16 @@ class ProviderTools:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        def column(title: str, value: object) -> str:
-            body = html.escape(json.dumps(value, ensure_ascii=False, indent=2))
+        def column(title: str, tools: list[dict[str, Any]]) -> str:
+            # One line per tool; the pretty JSON stays collapsed so the two formats fit side by side.
+            lines = "".join(
+                f'<div style="{PRE};border-left:3px solid #d0d7de;padding-left:6px">'
+                f"{html.escape(json.dumps(tool, ensure_ascii=False))}</div>"
+                for tool in tools
+            )
             return (
-                f"<div style='flex:1;min-width:260px'><b>{title}</b><pre style='margin:0'>{body}</pre></div>"
+                f"<div style='min-width:0'><b>{title}</b>{lines}"
+                f"{json_html(tools, f'{title}（完整 JSON）', open_lines=0)}</div>"
             )
 
         lines = "".join(
@@ -136,7 +144,7 @@ class ProviderTools:
             for line in self.verdicts()
         )
         return (
-            "<div style='font-size:12px'><div style='display:flex;gap:12px;flex-wrap:wrap'>"
+            "<div style='font-size:12px'><div style='display:grid;grid-template-columns:1fr 1fr;column-gap:12px'>"
             f"{column('OpenAI · tools[]', self.openai)}{column('Anthropic · tools[]', self.anthropic)}"
             f"</div>{lines}</div>"
         )
