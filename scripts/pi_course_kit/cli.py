@@ -69,9 +69,20 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _take_language(argv: list[str]) -> list[str]:
+    """Apply and remove a leading `--lang LANG` (e.g. `--lang en`): the learner's language for every message."""
+    if len(argv) >= 2 and argv[0] == "--lang":
+        from pi_course_kit.core.i18n import use
+
+        use(argv[1])
+        return argv[2:]
+    return argv
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `pi-course` console command."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _take_language(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if args.command is None:

@@ -1,0 +1,199 @@
+"""Issue 11: learner feedback a learner can trust, reproduced in real practice folders."""
+
+from __future__ import annotations
+
+import gettext
+from pathlib import Path
+
+import pytest
+from babel.messages.pofile import read_po
+from learner_support import make_folder, run_cli
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.regions import strip_solution
+from pi_course_kit.core.runner import RunResult, run_tests
+
+LOCALE = Path(__file__).resolve().parents[2] / "scripts" / "pi_course_kit" / "locale"
+
+
+def folder_with(course: Course, checkpoint: Checkpoint, tmp: Path, unfinished: set[str]) -> Path:
+    """A practice folder whose tool.py has every lab solved except `unfinished`."""
+    folder = make_folder(course, checkpoint, tmp / "practice")
+    solution = (course.root / checkpoint.solution / "pi_course" / "tool.py").read_text(encoding="utf-8")
+    (folder / "pi_course" / "tool.py").write_text(
+        strip_solution(solution, "tool.py", unfinished), encoding="utf-8"
+    )
+    return folder
+
+
+def english(folder: Path, args: list[str]) -> RunResult:
+    """Run pytest in the folder with English messages."""
+    import os
+
+    env = {**os.environ, "PI_COURSE_LANG": "en"}
+    return run_tests(folder, args, env=env)
+
+
+def test_a_finished_lab_run_alone_never_says_every_lab_is_done(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """With only 6.1 finished, does `-m lab6_1` point at Lab 6.2 instead of claiming every lab is done?"""
+    folder = folder_with(course, checkpoint, tmp_path, {"6.2", "6.3"})
+    result = english(folder, ["-m", "lab6_1"])
+    assert result.lab("6.1") is not None and result.lab("6.1")["status"] == "done"
+    assert "every" not in result.output.split("pi-course labs")[-1]
+    assert result.next_step is not None and result.next_step["lab"] == "6.2"
+    assert result.next_step["location"].startswith("pi_course/tool.py:")
+    assert result.next_step["command"] == 'python -m pytest -m "lab6_2"'
+
+
+def test_an_import_time_loop_ends_within_the_limit_naming_file_line_and_lab(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Does `while True: pass` at the end of tool.py end the run with a red naming tool.py, its line and its lab?"""
+    folder = folder_with(course, checkpoint, tmp_path, set())
+    tool = folder / "pi_course" / "tool.py"
+    lines = tool.read_text(encoding="utf-8").splitlines()
+    tool.write_text("\n".join([*lines, "while True:", "    pass", ""]), encoding="utf-8")
+    result = english(folder, ["-m", "lab6_1", "--timeout", "1"])
+    assert result.finished
+    (error,) = result.collect_errors
+    assert error["location"] in (f"pi_course/tool.py:{len(lines) + 1}", f"pi_course/tool.py:{len(lines) + 2}")
+    assert error["lab"] == "6.3" and "endless loop" in error["message"]
+
+
+def test_a_loop_in_an_earlier_lab_blames_that_lab_and_blocks_the_later_one(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """A loop inside ObjectSchema.parse run with `-m lab6_3`: is 6.3 blocked by 6.1 and the next step Lab 6.1?"""
+    folder = folder_with(course, checkpoint, tmp_path, set())
+    tool = folder / "pi_course" / "tool.py"
+    text = tool.read_text(encoding="utf-8")
+    broken = text.replace(
+        '        if not isinstance(value, dict):\n            raise ValidationError("必须是 object")',
+        "        while True:\n            pass",
+        1,
+    )
+    assert broken != text
+    tool.write_text(broken, encoding="utf-8")
+    result = english(folder, ["-m", "lab6_3", "--timeout", "1"])
+    row = result.lab("6.3")
+    assert row is not None and row["status"] == "blocked" and row["blocked_by"] == "6.1"
+    assert result.next_step is not None and result.next_step["lab"] == "6.1"
+    assert result.next_step["function"] == "ObjectSchema.parse"
+
+
+def test_a_run_stopped_by_x_shows_a_partial_count(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """With `-x` on a fresh folder, is the lab shown as 0 of 1 run out of all its tests, and the stop named?"""
+    folder = make_folder(course, checkpoint, tmp_path / "practice")
+    result = english(folder, ["-m", "lab6_1", "-x"])
+    row = result.lab("6.1")
+    assert row is not None and row["total"] == 1 and row["collected"] > 1
+    assert f"0/1 of {row['collected']}" in result.output
+    assert "stopped early" in result.output
+
+
+def test_some_passing_tests_with_own_stubs_left_is_in_progress() -> None:
+    """Is a lab with passing tests and others stopping on its own stubs 'in progress', not 'not started'?"""
+    from pi_course_kit.core.records import IN_PROGRESS, LabInfo, TestRecord, summarise
+
+    records = [TestRecord("t::a", "6.1", "passed"), TestRecord("t::b", "6.1", "failed", exc_lab="6.1")]
+    (row,) = summarise([LabInfo("6.1", "lab6_1")], records)
+    assert row.status == IN_PROGRESS
+
+
+@pytest.mark.parametrize(
+    ("mutation", "expected"),
+    [
+        ("parse-returns-input-unfiltered", "{'ignored': 'drop me'}"),
+        ("parse-after-execute", "assert 2 == 1"),
+        ("is-error-left-none", "{'is_error': None} != {'is_error': False}"),
+    ],
+)
+def test_a_wrong_answer_shows_the_test_question_the_difference_and_an_edit_line(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, mutation: str, expected: str
+) -> None:
+    """For each typical mistake, does the next step give the test's name and question, the differing value and edit:?"""
+    folder = folder_with(course, checkpoint, tmp_path, set())
+    found = checkpoint.mutation(mutation)
+    tool = folder / "pi_course" / "tool.py"
+    tool.write_text(tool.read_text(encoding="utf-8").replace(found.find, found.replace), encoding="utf-8")
+    result = english(folder, [])
+    step = result.next_step
+    assert step is not None and step["status"] == "failing"
+    assert step["what"].startswith("test_") and step["question"].endswith("?")
+    assert any(expected in line for line in step["diff"])
+    assert step["location"].startswith("pi_course/tool.py:") and step["function"]
+    assert "  edit: pi_course/tool.py:" in result.output
+
+
+def test_reset_names_its_backup_and_undo_puts_the_version_back(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Does reset say how to undo it, and does `reset --undo` restore the learner's file byte for byte?"""
+    folder = folder_with(course, checkpoint, tmp_path, set())
+    before = (folder / "pi_course" / "tool.py").read_bytes()
+    reset = run_cli(["--lang", "en", "reset", "6.3"], folder)
+    assert reset.returncode == 0 and "pi-course reset --undo" in reset.stdout
+    assert (folder / "pi_course" / "tool.py").read_bytes() != before
+    undo = run_cli(["--lang", "en", "reset", "--undo"], folder)
+    assert undo.returncode == 0, undo.stderr
+    assert (folder / "pi_course" / "tool.py").read_bytes() == before
+
+
+def test_diagnose_in_a_practice_folder_needs_show_solution(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Does `pi-course diagnose 06 NAME` in a learner's folder refuse without --show-solution, showing no code?"""
+    folder = make_folder(course, checkpoint, tmp_path / "practice")
+    done = run_cli(["diagnose", "06", "parse-after-execute"], folder)
+    assert done.returncode != 0 and "--show-solution" in done.stderr
+    assert "execute" not in done.stdout
+
+
+def test_bare_hint_during_a_syntax_error_names_it_and_never_gives_the_optional_hint(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """After the next step pointed at transfer6, does a bare hint during a syntax error name the line and a required lab?"""
+    import json
+
+    folder = folder_with(course, checkpoint, tmp_path, {"6.3"})
+    meta = folder / ".pi-course" / "meta.json"
+    data = json.loads(meta.read_text(encoding="utf-8"))
+    meta.write_text(json.dumps({**data, "last_next_lab": "transfer6"}), encoding="utf-8")
+    tool = folder / "pi_course" / "tool.py"
+    tool.write_text(tool.read_text(encoding="utf-8") + "\ndef broken(:\n", encoding="utf-8")
+    done = run_cli(["--lang", "en", "hint"], folder)
+    assert done.returncode == 0
+    assert "does not parse" in done.stdout and "transfer6" not in done.stdout
+
+
+def test_the_report_speaks_chinese_by_default_and_english_on_request(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Does a plain run print the table in Chinese, and PI_COURSE_LANG=en in English?"""
+    import os
+
+    folder = make_folder(course, checkpoint, tmp_path / "practice")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LANG", "LC_ALL", "LC_MESSAGES", "LANGUAGE", "PI_COURSE_LANG")
+    }
+    chinese = run_tests(folder, ["-m", "lab6_1"], env=env)
+    assert "下一步：Lab 6.1（未开始）" in chinese.output
+    assert "next: Lab 6.1 (not started)" in english(folder, ["-m", "lab6_1"]).output
+
+
+def test_the_compiled_catalog_matches_its_po_file() -> None:
+    """Does every translation of the .po file come out of the committed .mo file unchanged (is the .mo fresh)?"""
+    for po in LOCALE.glob("*/LC_MESSAGES/pi_course.po"):
+        with po.open("rb") as handle:
+            catalog = read_po(handle)
+        with po.with_suffix(".mo").open("rb") as handle:
+            compiled = gettext.GNUTranslations(handle)
+        for message in catalog:
+            if message.id:
+                assert message.string, message.id
+                assert compiled.gettext(str(message.id)) == message.string, message.id
