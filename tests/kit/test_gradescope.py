@@ -157,7 +157,7 @@ def test_classroom_workflow_runs_the_grader_and_feeds_the_reporter(
     flow = yaml.safe_load(path.read_text(encoding="utf-8"))
     steps = flow["jobs"]["run-autograding-tests"]["steps"]
     grade = next(step for step in steps if step.get("id") == classroom.RUNNER)
-    assert f"pi-course grade . --checkpoint {checkpoint.id} --classroom" in grade["run"]
+    assert f"pi-course grade . --checkpoint {checkpoint.id} --unsafe --classroom" in grade["run"]
     report = steps[-1]
     assert report["uses"].startswith("classroom-resources/autograding-grading-reporter")
     assert report["with"]["runners"] == classroom.RUNNER
@@ -188,3 +188,26 @@ def test_the_shipped_classroom_workflow_is_the_one_export_writes(
     """Is deploy/github-classroom/classroom.yml exactly what `pi-course export classroom 06` writes today?"""
     shipped = course.root / "deploy/github-classroom/classroom.yml"
     assert shipped.read_text(encoding="utf-8") == classroom.workflow(checkpoint, "pi-course-kit")
+
+
+@pytest.mark.slow
+def test_classroom_grading_works_from_a_course_without_solutions(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """With only the learner's part of the course (as the installed kit has it), is a finished repository given
+    every required point in the reporter's result?"""
+    bundled = tmp_path / "course"
+    bundled.mkdir()
+    shutil.copyfile(course.path, bundled / "course.toml")
+    for folder in ("labs", "tests/focused"):
+        shutil.copytree(course.root / folder, bundled / folder)
+    repo = tmp_path / "repo"
+    cli.main(["practice", checkpoint.id, str(repo), "--course", str(course.root)])
+    shutil.copyfile(course.root / checkpoint.solution / "pi_course/tool.py", repo / "pi_course/tool.py")
+    result_file = tmp_path / "result.json"
+    args = ["grade", str(repo), "--checkpoint", checkpoint.id, "--classroom", str(result_file)]
+    assert cli.main([*args, "--course", str(bundled), "--quiet"]) == 0
+    result = json.loads(result_file.read_text(encoding="utf-8"))
+    assert result["max_score"] == sum(lab.points for lab in checkpoint.required_labs)
+    assert sum(test["score"] for test in result["tests"]) == result["max_score"]
+    assert result["status"] == "pass"

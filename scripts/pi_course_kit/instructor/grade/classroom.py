@@ -88,14 +88,15 @@ jobs:
       - uses: actions/setup-python@v5
         with:
           python-version: "3.11"
-      - name: Install the pi-course kit and bubblewrap
-        run: |
-          sudo apt-get update -qq && sudo apt-get install -y -qq bubblewrap
-          python -m pip install --quiet "{kit}"
+      - name: Install the pi-course kit
+        run: python -m pip install --quiet "{kit}"
+      # --unsafe: no bubblewrap sandbox. This throwaway runner belongs to the learner, who also controls this
+      # file, so a sandbox would protect nothing here (and Ubuntu runners restrict user namespaces).
+      # The tests are still the installed kit's pristine ones.
       - name: Grade checkpoint {checkpoint.id}
         id: {RUNNER}
         run: |
-          pi-course grade . --checkpoint {checkpoint.id} --classroom "$RUNNER_TEMP/{RUNNER}.json" || true
+          pi-course grade . --checkpoint {checkpoint.id} --unsafe --classroom "$RUNNER_TEMP/{RUNNER}.json" || true
           test -s "$RUNNER_TEMP/{RUNNER}.json"
           echo "result=$(base64 -w0 "$RUNNER_TEMP/{RUNNER}.json")" >> "$GITHUB_OUTPUT"
       - name: Report points to GitHub Classroom
