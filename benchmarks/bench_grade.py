@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/bench_grade.py [N ...]   (default: 10 50 100)
 Prints one line per class size: seconds, seconds per folder, and the status counts.
+The CPU figure misses the sandboxed runs under bubblewrap (its PID-namespace init reaps them); compare wall times.
 """
 
 from __future__ import annotations
