@@ -216,3 +216,49 @@ def test_bad_output_path_is_refused_before_grading(
     assert cli.main(["grade", str(tmp_path), "--json", str(tmp_path / "no" / "out.jsonl")]) == 2
     assert "--json" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
+
+
+def test_the_disguised_tests_hide_every_public_name_and_add_failing_controls(
+    course: Course, checkpoint: Checkpoint
+) -> None:
+    """Does a grading run's test module carry no public test name, map each back, and add controls?"""
+    import ast
+    import random
+
+    from pi_course_kit.instructor.grade import verdict
+
+    source = (course.root / checkpoint.tree_tests[0]).read_text(encoding="utf-8")
+    public = {
+        n.name
+        for n in ast.parse(source).body
+        if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+    }
+    first, disguise = verdict.disguise_module(source, random.Random(1))
+    second, _ = verdict.disguise_module(source, random.Random(2))
+    names = {
+        n.name for n in ast.parse(first).body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+    }
+    assert not names & public
+    assert set(disguise.names) == names and set(disguise.names.values()) == public
+    assert len(disguise.controls) >= max(verdict.MIN_CONTROLS, len(public) // 5)
+    assert first != second  # a fresh secret per run gives fresh names
+
+
+def test_a_control_reported_as_passed_is_tampering() -> None:
+    """Is one passed control enough to flag the run, while unknown node ids count for nothing?"""
+    from pi_course_kit.instructor.grade import verdict
+
+    disguise = verdict.Disguise(
+        names={"test_a_b": "test_real", "test_b_a": "test_real"}, controls={"test_b_a"}
+    )
+    expected = ["tests/t.py::test_real"]
+    honest = [
+        {"nodeid": "tests/t.py::test_a_b", "outcome": "passed"},
+        {"nodeid": "tests/t.py::test_b_a", "outcome": "failed"},
+        {"nodeid": "tests/t.py::test_real", "outcome": "passed"},
+    ]
+    forged = [{**record, "outcome": "passed"} for record in honest]
+    assert not verdict.read_verdicts(honest, {"t.py": disguise}, expected).tampering
+    assert verdict.read_verdicts(forged, {"t.py": disguise}, expected).tampering
+    only_public = verdict.read_verdicts(honest[2:], {"t.py": disguise}, expected)
+    assert only_public.by_node == {} and not only_public.tampering

@@ -175,8 +175,42 @@ class Grader:
                     f"({len(failing)} failing); run `pi-course verify` and fix it before grading"
                 )
             labs_of = {t["nodeid"]: t["lab"] for t in result.tests}
-            self.references[checkpoint.id] = Reference(checkpoint, labs_of)
+            reference = Reference(checkpoint, labs_of)
+            self._check_disguise(reference)
+            self.references[checkpoint.id] = reference
         return self.references[checkpoint.id]
+
+    def _check_disguise(self, reference: Reference) -> None:
+        """Grade the solution itself, disguised and sandboxed: every test must pass and every control fail.
+
+        A focused test that breaks when renamed or copied would otherwise cost honest learners points.
+        """
+        checkpoint = reference.checkpoint
+        work_root = self._scratch_dir()
+        try:
+            tree = stage_tree(
+                self.course, checkpoint, self.course.root / checkpoint.solution, work_root / "tree"
+            )
+            rng = random.Random(secrets.randbits(128))
+            disguises = _disguise_tests(self.course, checkpoint, tree, rng)
+            out = work_root / "out"
+            out.mkdir()
+            uid = self._uids.uids[0] if self._uids else None
+            if uid is not None:
+                _give(tree / self.course.package, uid)
+                _give(out, uid)
+            run = self._run(tree, out, uid, str(rng.getrandbits(64)))
+            tests, _, _ = _read_report(out / "report.jsonl")
+            found = verdict.read_verdicts(tests, disguises, reference.labs_of)
+            passed = sum(1 for test in found.by_node.values() if test.get("outcome") == "passed")
+            if found.tampering or passed != len(reference.labs_of):
+                raise KitError(
+                    f"the solution of checkpoint {checkpoint.id} passes {passed} of {len(reference.labs_of)} "
+                    f"focused tests once they are disguised for grading (controls passed: {found.controls_passed}, "
+                    f"exit {run.returncode}); a test must not depend on its own name or position"
+                )
+        finally:
+            shutil.rmtree(work_root, ignore_errors=True)
 
     def grade_all(
         self, folders: Sequence[Path], on_done: Callable[[LearnerRecord], None] | None = None
