@@ -25,6 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "learner.check",
         "run the focused tests here and show per-lab progress (--watch to re-run on save)",
     ),
+    "watch": (
+        "learner.guide",
+        "guided mode: one lab at a time, re-run on save (keys: h hint, l list, r reset, q quit)",
+    ),
     "hint": ("learner.hint", "show the next hint for a lab"),
     "reset": ("learner.reset", "restore a lab's stubs, keeping a backup of your version"),
     "status": ("learner.status", "show where you stand in this practice folder"),

@@ -1,0 +1,152 @@
+"""`pi-course watch`: the guided mode, one thing at a time (like rustlings' watch).
+
+It shows the current lab's first red and its hint command, re-runs that lab on every save, and moves
+on by itself when the lab turns green. Keys (or a line, when stdin is no terminal): h hint, l list,
+r reset the current lab, q quit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import queue
+import sys
+import threading
+from collections.abc import Iterator
+
+from pi_course_kit.core.folder import PracticeFolder, open_folder
+from pi_course_kit.core.i18n import _
+from pi_course_kit.core.runner import RunResult, run_tests
+from pi_course_kit.learner.check import RUN_TIMEOUT, run_once, short
+
+KEYS = {"h": "hint", "l": "list", "r": "reset", "q": "quit"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare --poll."""
+    parser.add_argument("--poll", action="store_true", help="poll for saves (file systems without events)")
+
+
+def required_labs(folder: PracticeFolder) -> list[dict[str, object]]:
+    """This folder's labs to do, in order (the optional exercise comes last, once the rest are done)."""
+    labs = [lab for lab in folder.meta.get("labs", []) if isinstance(lab, dict)]
+    return [lab for lab in labs if not lab.get("optional")] + [lab for lab in labs if lab.get("optional")]
+
+
+def lab_result(folder: PracticeFolder, lab: dict[str, object]) -> RunResult:
+    """Run one lab's tests, quietly."""
+    return run_tests(folder.root, ("--tb=no", "-m", str(lab["marker"])), timeout=RUN_TIMEOUT)
+
+
+def lab_done(result: RunResult, lab: dict[str, object]) -> bool:
+    """Did every test of the lab pass in this run?"""
+    row = next((row for row in result.labs if row["id"] == lab["id"]), None)
+    return row is not None and row["status"] == "done" and not result.collect_errors
+
+
+def current_lab(folder: PracticeFolder) -> tuple[dict[str, object] | None, RunResult | None]:
+    """The first lab that is not green yet, with its run (None when every lab is)."""
+    for lab in required_labs(folder):
+        result = lab_result(folder, lab)
+        if not lab_done(result, lab):
+            return lab, result
+    return None, None
+
+
+def show(folder: PracticeFolder, lab: dict[str, object] | None, result: RunResult | None) -> None:
+    """One screen: the current lab, its first red, where to edit, and the keys."""
+    if sys.stdout.isatty():
+        print("\033[2J\033[H", end="")
+    if lab is None or result is None:
+        print(_("every lab is done: well done! (q quits)"), flush=True)
+        return
+    row = next((row for row in result.labs if row["id"] == lab["id"]), None)
+    count = f"{row['passed']}/{row['total']}" if row else "0/0"
+    print(f"Lab {lab['id']} · {lab['title']}  ({count})")
+    for error in result.collect_errors:
+        where = short(folder, error.get("location")) or error.get("nodeid")
+        print(
+            _("cannot import your code: {where}: {message}").format(where=where, message=error.get("message"))
+        )
+    step = result.next_step
+    if step is not None and not result.collect_errors:
+        print(_("red: {what}").format(what=step.get("what", "")))
+        if step.get("location"):
+            print(_("edit: {where}").format(where=short(folder, str(step["location"]))))
+    print(_("hint: pi-course hint {lab}").format(lab=lab["id"]))
+    print(
+        _("keys: h hint · l list · r reset this lab · q quit   (saving a file re-runs the lab)"), flush=True
+    )
+
+
+def _keys(events: queue.Queue[tuple[str, str]]) -> None:
+    """Feed single keys (a terminal in cbreak mode) or first letters of lines into `events`."""
+    stream = sys.stdin
+    if stream is None:
+        return
+    if stream.isatty():
+        import termios
+        import tty
+
+        saved = termios.tcgetattr(stream.fileno())
+        try:
+            tty.setcbreak(stream.fileno())
+            while key := stream.read(1):
+                events.put(("key", key.lower()))
+        finally:
+            termios.tcsetattr(stream.fileno(), termios.TCSADRAIN, saved)
+    else:
+        for line in stream:
+            if line.strip():
+                events.put(("key", line.strip()[0].lower()))
+    events.put(("key", "q"))
+
+
+def _saves(folder: PracticeFolder, poll: bool, events: queue.Queue[tuple[str, str]]) -> None:
+    """Feed every batch of saved files into `events`."""
+    from pi_course_kit.learner.watch import changes, needs_polling
+
+    stream: Iterator[set[str]] = changes(folder.root, needs_polling(folder.root, forced=poll))
+    for _batch in stream:
+        events.put(("save", ""))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Guide the learner lab by lab until every lab is green or they quit."""
+    from pi_course_kit import cli
+
+    folder = open_folder()
+    events: queue.Queue[tuple[str, str]] = queue.Queue()
+    threading.Thread(target=_saves, args=(folder, args.poll, events), daemon=True).start()
+    threading.Thread(target=_keys, args=(events,), daemon=True).start()
+    lab, result = current_lab(folder)
+    show(folder, lab, result)
+    try:
+        while True:
+            kind, key = events.get()
+            if kind == "key" and KEYS.get(key) == "quit":
+                print(_("stopped watching"), flush=True)
+                return 0
+            if kind == "key" and KEYS.get(key) == "hint" and lab is not None:
+                cli.main(["hint", str(lab["id"])])
+                continue
+            if kind == "key" and KEYS.get(key) == "list":
+                run_once(folder, ["--tb=no"], verbose=False)
+                continue
+            if kind == "key" and KEYS.get(key) == "reset" and lab is not None:
+                cli.main(["reset", str(lab["id"])])
+            elif kind == "key":
+                continue
+            kept: list[tuple[str, str]] = []
+            with contextlib.suppress(queue.Empty):
+                while True:  # one re-run for a burst of saves; keys typed meanwhile still count
+                    event = events.get_nowait()
+                    if event[0] == "key":
+                        kept.append(event)
+            for event in kept:
+                events.put(event)
+            lab, result = current_lab(folder)
+            show(folder, lab, result)
+    except KeyboardInterrupt:
+        print(_("stopped watching"), flush=True)
+        return 0
