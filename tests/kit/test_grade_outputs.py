@@ -12,6 +12,7 @@ import pytest
 from grade_class import MISTAKE, make_class
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor.grade import texts
 from pi_course_kit.instructor.grade.feedback import file_name
 from pi_course_kit.instructor.grade.grader import LabScore, LearnerRecord
 from pi_course_kit.instructor.grade.points import lab_points, points_of
@@ -24,8 +25,14 @@ pytestmark = pytest.mark.slow
 def graded(
     course: Course, checkpoint: Checkpoint, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
-    """Grade the class once with every output: JSON Lines, CSV, JUnit, feedback files, class report."""
-    root = tmp_path_factory.mktemp("class")
+    """Grade the class once with every output, in the course's language (the kit's tests default to English)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PI_COURSE_LANG", "zh_CN")
+        return grade_class(course, checkpoint, tmp_path_factory.mktemp("class"))
+
+
+def grade_class(course: Course, checkpoint: Checkpoint, root: Path) -> dict[str, Any]:
+    """Make the five-folder class below `root` and grade it with every output."""
     make_class(course, checkpoint, root / "sub")
     out = root / "out"
     out.mkdir()
@@ -174,3 +181,13 @@ def test_class_report_shows_charts_pass_rates_and_linked_mistakes(graded: dict[s
     table = html[html.index('id="failed"') :]
     first_row = table[table.index("<td class=n>1</td>") : table.index("<td class=n>2</td>")]
     assert f"#mutation-{MISTAKE}" in first_row and "Lab 6.1" in first_row
+
+
+def test_every_grading_word_has_a_chinese_translation_and_english_stays_available(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Is each msgid of the grading outputs translated in the zh_CN catalog, with English when PI_COURSE_LANG=en?"""
+    monkeypatch.setenv("PI_COURSE_LANG", "zh_CN")
+    assert [m for m in texts.msgids() if texts._(m) == m] == []
+    monkeypatch.setenv("PI_COURSE_LANG", "en")
+    assert texts.FEEDBACK_TITLE == "Grading feedback"

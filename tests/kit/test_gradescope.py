@@ -44,7 +44,9 @@ def autograder_root(bundle: Path, root: Path) -> Path:
 
 def run_autograder(root: Path) -> dict[str, Any]:
     """Run `run_autograder` with this root and the test's interpreter; return results.json."""
-    env = {**os.environ, ROOT_ENV: str(root), "PI_COURSE_PYTHON": sys.executable}
+    # Gradescope sets no PI_COURSE_LANG: the results speak the course's language.
+    env = {k: v for k, v in os.environ.items() if k != "PI_COURSE_LANG"}
+    env.update({ROOT_ENV: str(root), "PI_COURSE_PYTHON": sys.executable})
     done = subprocess.run(
         ["bash", str(root / "run_autograder")], env=env, capture_output=True, text=True, timeout=300
     )

@@ -113,7 +113,7 @@ def bundle_files(course: Course, checkpoint: Checkpoint) -> dict[str, Path]:
     return files
 
 
-def _add_text(archive: zipfile.ZipFile, name: str, text: str, executable: bool = False) -> None:
+def _add_text(archive: zipfile.ZipFile, name: str, text: str | bytes, executable: bool = False) -> None:
     info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
     mode = 0o755 if executable else 0o644
     info.external_attr = (stat.S_IFREG | mode) << 16
@@ -134,7 +134,7 @@ def write_gradescope(course: Course, checkpoint: Checkpoint, output: Path) -> in
             )
             _add_text(archive, "requirements.txt", "\n".join(REQUIREMENTS) + "\n")
             for name, path in files.items():
-                _add_text(archive, name, path.read_text(encoding="utf-8"))
+                _add_text(archive, name, path.read_bytes())
         os.replace(tmp, output)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -121,7 +121,7 @@ def render(course: Course, records: Sequence[LearnerRecord], mutations: Mutation
         optional = f"（{texts.OPTIONAL}）" if lab.optional else ""
         out.append(
             f"<tr><td>Lab {escape(lab.id)} {escape(lab.title)}{optional}</td><td class=n>{lab.points:g}</td>"
-            f"<td>{texts.CREDIT_RULE.get(lab.credit, lab.credit)}</td><td class=n>{rate:.0%}</td></tr>"
+            f"<td>{texts.credit_rule(lab.credit)}</td><td class=n>{rate:.0%}</td></tr>"
         )
     out.append("</table>")
 

@@ -31,7 +31,7 @@ def lab_lines(course: Course, record: LearnerRecord, row: LabPoints) -> list[str
     """One lab's Markdown lines: points, tests, status, and for an unfinished lab its first failing test."""
     lines = [
         f"- {texts.POINTS}：{_number(row.points)} / {_number(row.max_points)}"
-        f"（{texts.CREDIT_RULE.get(row.credit, row.credit)}）",
+        f"（{texts.credit_rule(row.credit)}）",
         f"- {texts.TESTS}：{row.passed} / {row.total}",
         f"- {texts.STATUS}：{texts.lab_status(row.status)}",
     ]

@@ -1,56 +1,99 @@
-"""The learner-facing words of grading outputs (Simplified Chinese), in one place so gettext can wrap them.
+"""The learner-facing words of grading outputs, through the kit's gettext catalog (domain pi_course).
 
-The kit's gettext module is being added separately; until it lands, these constants are the catalog.
+The language is the course's (Simplified Chinese) unless PI_COURSE_LANG names another: a grader's own
+LANG must not turn a class's feedback into English. English, the msgids themselves, is the fallback.
 """
 
 from __future__ import annotations
 
-#: A lab's status as the grader writes it -> what a learner reads.
-LAB_STATUS = {
-    "done": "已完成",
-    "failing": "有测试未通过",
-    "not started": "未开始",
+import gettext
+import os
+from functools import cache
+
+from pi_course_kit.core import i18n
+
+
+@cache
+def _catalog(language: str) -> gettext.NullTranslations:
+    return i18n.translation([language])
+
+
+def _(message: str) -> str:
+    """The message in the grading language."""
+    return _catalog(os.environ.get(i18n.LANG_ENV) or i18n.DEFAULT_LANGUAGE).gettext(message)
+
+
+#: A lab's status as the grader writes it -> msgid.
+_LAB_STATUS = {"done": "lab done", "failing": "some tests fail", "not started": "not started"}
+
+#: A learner record's status -> msgid.
+_RECORD_STATUS = {
+    "complete": "all labs complete",
+    "partial": "partly complete",
+    "not started": "not started",
+    "error": "cannot run (the code does not import, or the submission has a problem)",
+    "timeout": "timed out (an endless loop?)",
+    "crashed": "the test run ended unexpectedly",
+    "skipped": "not graded (not a gradable submission)",
+    "sandbox-error": "the grading environment failed (not your code; tell your instructor)",
 }
 
-#: A learner record's status -> what a learner reads.
-RECORD_STATUS = {
-    "complete": "全部完成",
-    "partial": "部分完成",
-    "not started": "未开始",
-    "error": "无法运行（代码导入失败或提交有问题）",
-    "timeout": "超时（可能有死循环）",
-    "crashed": "测试进程意外退出",
-    "skipped": "未评分（不是可评分的提交）",
-    "sandbox-error": "评分环境出错（与你的代码无关，请联系老师）",
+_CREDIT_RULE = {
+    "fraction": "points in proportion to the tests passed",
+    "all-or-nothing": "points only when every test passes",
 }
 
-CREDIT_RULE = {"fraction": "按通过测试的比例给分", "all-or-nothing": "全部通过才得分"}
+#: Attribute name -> msgid; read as `texts.NAME`, translated when read (see __getattr__).
+_WORDS = {
+    "FEEDBACK_TITLE": "Grading feedback",
+    "CHECKPOINT": "Checkpoint",
+    "TOTAL": "Total",
+    "EXTRA": "extra credit",
+    "STATUS": "Status",
+    "POINTS": "Points",
+    "TESTS": "Tests",
+    "OPTIONAL": "extra credit",
+    "FIRST_FAILING": "First failing test",
+    "QUESTION": "It asks",
+    "HINT": "Hint",
+    "MESSAGE": "Note",
+    "EDITED_TESTS": "You changed files under tests/; grading always uses the course's own pristine tests, "
+    "so your changes do not affect the result.",
+    "ALL_DONE": "Every required lab is done.",
+    "NO_DOCSTRING": "(this test has no description)",
+}
 
-FEEDBACK_TITLE = "评分反馈"
-LEARNER = "学习者"
-CHECKPOINT = "检查点"
-TOTAL = "总分"
-EXTRA = "附加分"
-STATUS = "状态"
-POINTS = "得分"
-TESTS = "测试"
-OPTIONAL = "附加分"
-FIRST_FAILING = "第一个未通过的测试"
-QUESTION = "它在问"
-HINT = "提示"
-MESSAGE = "说明"
-EDITED_TESTS = "你修改过 tests/ 下的文件；评分始终使用课程自带的原始测试，你的修改不影响结果。"
-ALL_DONE = "所有必做实验都已完成。"
-NO_DOCSTRING = "（这个测试没有说明）"
+
+def __getattr__(name: str) -> str:
+    # Translated on each read, so a language chosen after import (PI_COURSE_LANG) still applies.
+    if name in _WORDS:
+        return _(_WORDS[name])
+    raise AttributeError(name)
 
 
 def lab_status(status: str) -> str:
-    """A lab status in the course language; "blocked by X" names the lab it waits for."""
+    """A lab status in the grading language; "blocked by X" names the lab it waits for."""
     if status.startswith("blocked by "):
-        return f"被 Lab {status.removeprefix('blocked by ')} 阻塞（先完成它）"
-    return LAB_STATUS.get(status, status)
+        return _("blocked by Lab {lab} (finish it first)").format(lab=status.removeprefix("blocked by "))
+    return _(_LAB_STATUS[status]) if status in _LAB_STATUS else status
 
 
 def record_status(status: str) -> str:
-    """A learner record's status in the course language."""
-    return RECORD_STATUS.get(status, status)
+    """A learner record's status in the grading language."""
+    return _(_RECORD_STATUS[status]) if status in _RECORD_STATUS else status
+
+
+def credit_rule(rule: str) -> str:
+    """How a lab's points are earned, in the grading language."""
+    return _(_CREDIT_RULE[rule]) if rule in _CREDIT_RULE else rule
+
+
+def msgids() -> list[str]:
+    """Every msgid this module looks up (the catalog must translate each)."""
+    return [
+        *_LAB_STATUS.values(),
+        *_RECORD_STATUS.values(),
+        *_CREDIT_RULE.values(),
+        *_WORDS.values(),
+        "blocked by Lab {lab} (finish it first)",
+    ]
