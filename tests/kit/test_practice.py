@@ -105,6 +105,57 @@ def test_lab_guide_walks_through_every_lab(
     assert "`ToolRegistry.register`，位于 `pi_course/tool.py:" in guide
 
 
+# Every literal message the 06 focused tests hold the learner to, as the tests spell them.
+LITERALS_06 = (
+    "必须是 string",
+    "必须是正整数",
+    "必须是 object",
+    "未知工具",
+    "Tool 已存在：echo",
+    "Tool echo failed: ",
+    "Tool missing failed: 未知工具",
+    "Lab 6.1 not implemented: object_schema",
+)
+
+
+def test_folder_holds_the_contract_with_every_literal_message(
+    made: tuple[Path, subprocess.CompletedProcess[str]], course: Course, checkpoint: Checkpoint
+) -> None:
+    """Does a fresh folder hold CONTRACT.md, linked from LAB-GUIDE.md, with every message the focused tests expect?"""
+    dest, _ = made
+    contract = (dest / "CONTRACT.md").read_text(encoding="utf-8")
+    tests = "".join((course.root / name).read_text(encoding="utf-8") for name in checkpoint.focused_tests)
+    for literal in LITERALS_06:
+        # The red's form lives in the starter, not in the focused tests.
+        if not literal.startswith("Lab "):
+            assert literal in tests, literal
+        assert literal in contract, literal
+    guide = (dest / "LAB-GUIDE.md").read_text(encoding="utf-8")
+    assert "(CONTRACT.md)" in guide.split("## ", 1)[0]  # linked near the top, before the first section
+
+
+LITERALS_07 = (
+    "已取消",
+    "没有更多脚本回复",
+    "Tool <name> failed: 已取消",
+    "未知工具",
+    "必须是 string",
+    "max_turns",
+)
+
+
+def test_a_07_folder_holds_its_own_contract(course: Course, tmp_path: Path) -> None:
+    """Does a fresh 07 folder hold 07's CONTRACT.md, with the cancel and script-end messages its tests expect?"""
+    checkpoint = course.checkpoint("07")
+    tests = "".join((course.root / name).read_text(encoding="utf-8") for name in checkpoint.focused_tests)
+    dest = practice.create(course, checkpoint, tmp_path / "p07")
+    contract = (dest / "CONTRACT.md").read_text(encoding="utf-8")
+    for literal in LITERALS_07:
+        assert literal in tests, literal
+        assert literal in contract, literal
+    assert "(CONTRACT.md)" in (dest / "LAB-GUIDE.md").read_text(encoding="utf-8")
+
+
 def test_meta_records_checkpoint_version_and_hashes(
     made: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
@@ -142,6 +193,9 @@ def test_pytest_in_the_folder_fails_first_on_lab_6_1(
     assert result.next_step is not None and result.next_step["lab"] == "6.1"
     assert "Lab 6.1 not implemented: object_schema" in result.output
     assert 'python -m pytest -m "lab6_1"' in result.output
+    guide = (dest / "LAB-GUIDE.md").read_text(encoding="utf-8")
+    stub_line = next(line for line in guide.splitlines() if line.startswith("- `object_schema`"))
+    assert f"位于 `{first['location']}`" in stub_line  # the guide names the red's function and line
 
 
 def test_plain_pytest_command_works_in_the_folder(

@@ -29,11 +29,12 @@ from pi_course_kit.core.folder import (
 )
 from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.core.regions import Stub, find_stubs
+from pi_course_kit.core.regions import Stub, find_stubs, functions
 from pi_course_kit.core.staging import stage_tree, write_atomically
 from pi_course_kit.notebook.learner_copy import write_learner_copy
 
 GUIDE = "LAB-GUIDE.md"
+CONTRACT = "CONTRACT.md"
 PROTECTED = ("labs", "solutions")
 
 
@@ -92,6 +93,25 @@ def starter_stubs(course: Course, checkpoint: Checkpoint) -> dict[str, list[Stub
     return found
 
 
+def raise_lines(course: Course, checkpoint: Checkpoint) -> dict[tuple[str, str], int]:
+    """The line of each stub's `raise` statement, by (teaching file, qualified name).
+
+    The red's `edit:` line points at the raise, not at the `def`, so the guide names that line too.
+    """
+    lines = {}
+    for relative in checkpoint.teaching_files:
+        path = course.root / checkpoint.starter / relative
+        if not path.is_file():
+            continue
+        source = path.read_text(encoding="utf-8")
+        for qualname, node in functions(ast.parse(source, str(path))).items():
+            for child in node.body:
+                if isinstance(child, ast.Raise) and "LabNotImplemented" in ast.unparse(child):
+                    lines[(relative, qualname)] = child.lineno
+                    break
+    return lines
+
+
 def check_destination(course: Course, dest: Path) -> Path:
     """Refuse a destination inside labs/ or solutions/, or one that exists and is not empty."""
     dest = dest.expanduser().resolve()
@@ -113,13 +133,22 @@ def notebook_path(course: Course, checkpoint: Checkpoint) -> Path | None:
     return path if path.is_file() else None
 
 
+def contract_path(course: Course, checkpoint: Checkpoint) -> Path | None:
+    """The checkpoint's contract page in the kit, if the manifest names one and it exists."""
+    if checkpoint.contract is None:
+        return None
+    path = course.root / checkpoint.contract
+    return path if path.is_file() else None
+
+
 def _code(text: str) -> str:
     return f"`{text}`"
 
 
-def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None) -> str:
+def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None, contract: bool = False) -> str:
     """The Chinese lab guide of a practice folder, generated from the manifest and the starter."""
     stubs = starter_stubs(course, checkpoint)
+    raises = raise_lines(course, checkpoint)
     counts = lab_test_counts(course, checkpoint)
     teaching = "、".join(_code(name) for name in checkpoint.teaching_files)
     lines = [
@@ -127,6 +156,14 @@ def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None) -> s
         "",
         f"**{checkpoint.title}**",
         "",
+        *(
+            [
+                f"测试要求的每一条消息和行为（一字不差），都写在 [{CONTRACT}]({CONTRACT}) 里；红灯时先去那里对照。",
+                "",
+            ]
+            if contract
+            else []
+        ),
         "这个文件夹是你自己的练习场，和课程仓库互不影响：这里的 `pi_course` 是起始状态（starter），",
         f"需要你动手的只有 {teaching}，其余文件是已经给好的上一阶段代码。",
         "在这个文件夹里运行 `python -m pytest` 时，只会导入本文件夹里的 `pi_course`。",
@@ -157,11 +194,18 @@ def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None) -> s
         heading = f"## Lab {lab.id} · {lab.title}" if not lab.optional else f"## 选做 · {lab.title}"
         lines += [heading, ""]
         if lab_stubs:
-            lines.append("要完成的桩（现在调用它们会抛出 `LabNotImplemented`）：")
+            lines.append(
+                "要完成的桩（现在调用它们会抛出 `LabNotImplemented`，红灯里显示的就是下面每行开头的名字）："
+            )
             lines.append("")
             for file, stub in lab_stubs:
                 summary = f" —— {stub.doc}" if stub.doc else ""
-                lines.append(f"- {_code(stub.qualname)}，位于 `{file}:{stub.line}`{summary}")
+                line = raises.get((file, stub.qualname), stub.line)
+                # The red prints the target; the qualified name helps find it when the two differ.
+                names = _code(stub.target) + (
+                    f"（{_code(stub.qualname)}）" if stub.qualname != stub.target else ""
+                )
+                lines.append(f"- {names}，位于 `{file}:{line}`{summary}")
             lines.append("")
         else:
             names = "、".join(_code(name) for name in lab.implements)
@@ -220,8 +264,12 @@ def fill(course: Course, checkpoint: Checkpoint, root: Path) -> None:
     notebook = notebook_path(course, checkpoint)
     if notebook is not None:
         write_learner_copy(notebook, root / notebook.name)
+    contract = contract_path(course, checkpoint)
+    if contract is not None:
+        shutil.copyfile(contract, root / CONTRACT)
     (root / GUIDE).write_text(
-        lab_guide(course, checkpoint, notebook.name if notebook else None), encoding="utf-8"
+        lab_guide(course, checkpoint, notebook.name if notebook else None, contract is not None),
+        encoding="utf-8",
     )
     pristine = root / META_DIR / STARTER_DIR
     pristine.mkdir(parents=True, exist_ok=True)
