@@ -152,7 +152,10 @@ def hostile(
         folders.append(folder)
     before = {folder.name: tree_digest(folder) for folder in folders}
     json_path = root / "grades.jsonl"
-    scratch_before = set(Path(tempfile.gettempdir()).glob("pi-course-grade-*"))
+    # The grader's scratch goes into a folder of this test's own, so other runs' scratch never counts.
+    scratch = root / "scratch"
+    scratch.mkdir()
+    saved_tempdir, tempfile.tempdir = tempfile.tempdir, str(scratch)
     os.environ[SECRET_NAME] = secret_value
     try:
         code = cli.main(
@@ -170,6 +173,7 @@ def hostile(
             ]
         )
     finally:
+        tempfile.tempdir = saved_tempdir
         del os.environ[SECRET_NAME]
         escaped = [target for target in targets if os.path.lexists(target)]
         for target in escaped:
@@ -184,7 +188,7 @@ def hostile(
         "before": before,
         "after": {folder.name: tree_digest(folder) for folder in folders},
         "left": sandbox_processes() if ROOT else [],
-        "scratch_left": sorted(set(Path(tempfile.gettempdir()).glob("pi-course-grade-*")) - scratch_before),
+        "scratch_left": sorted(scratch.iterdir()),
     }
 
 

@@ -18,16 +18,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pi_course_kit.core.runner import JSON_ENV
 from pi_course_kit.instructor.grade.sandbox import Limits, Sandboxed
 
 BWRAP, UNSAFE = "bwrap", "limits (--unsafe)"
-TREE, OUT, SITE, KIT = "/grade/tree", "/grade/out", "/grade/site", "/grade/kit"
+TREE, SITE, KIT = "/grade/tree", "/grade/site", "/grade/kit"
 # What the focused tests and the report import besides the standard library and pi_course.
 PACKAGES = (
     "pytest",
@@ -135,7 +135,8 @@ def command(
     # /dev/shm and /tmp: small private tmpfs; /dev itself read-only so nothing else there takes memory.
     argv += ["--size", str(4096), "--tmpfs", "/dev/shm", "--remount-ro", "/dev/shm", "--remount-ro", "/dev"]
     argv += ["--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp"]
-    argv += ["--bind", str(tree), TREE, "--bind", str(out), OUT, "--chdir", TREE]
+    # Nothing of the host's disk is writable: the copy is read-only, the record goes to an inherited fd.
+    argv += ["--ro-bind", str(tree), TREE, "--chdir", TREE]
     if kit is not None:
         argv += ["--ro-bind", str(kit), KIT]
     for key, value in {
@@ -166,7 +167,9 @@ def command(
     return argv
 
 
-def run(argv: Sequence[str], log: Path, wall_seconds: float) -> tuple[int, bool, float]:
+def run(
+    argv: Sequence[str], log: Path, wall_seconds: float, fds: Sequence[int] = ()
+) -> tuple[int, bool, float]:
     """Run a sandbox command with output to `log`; kill the whole session at the wall time."""
     started = time.perf_counter()
     timed_out = False
@@ -180,6 +183,7 @@ def run(argv: Sequence[str], log: Path, wall_seconds: float) -> tuple[int, bool,
             # bwrap stays PID 1 of the sandbox, and learner code of the same uid can read its
             # /proc/1/environ: it must start with nothing of the grader's environment.
             env={"PATH": "/usr/bin:/bin"},
+            pass_fds=tuple(fds),
         )
         try:
             returncode = process.wait(timeout=wall_seconds)
@@ -214,10 +218,21 @@ def sandboxed(
     uid: int | None,
     env: Mapping[str, str],
 ) -> Sandboxed:
-    """Run `python ARGS` in the sandbox and report how it ended."""
-    log = out.parent / "output.log"
-    argv = command(tree, out, kit, args, limits, uid, env)
-    returncode, timed_out, seconds = run(argv, log, limits.wall_seconds)
+    """Run `python ARGS` in the sandbox and report how it ended; its records land in `out/report.jsonl`.
+
+    The record file is opened here and inherited as a descriptor (`/proc/self/fd/N` inside), so the
+    run can write that one file, capped by the file-size limit, and nothing else on the host's disk.
+    """
+    log = out / "output.log"
+    report = os.open(out / "report.jsonl", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        if uid is not None:
+            os.fchown(report, uid, uid)
+        run_env = {**env, JSON_ENV: f"/proc/self/fd/{report}"}
+        argv = command(tree, out, kit, args, limits, uid, run_env)
+        returncode, timed_out, seconds = run(argv, log, limits.wall_seconds, (report,))
+    finally:
+        os.close(report)
     return Sandboxed(returncode, timed_out, read_tail(log), BWRAP, seconds)
 
 
@@ -232,12 +247,9 @@ def probe(scratch: Path, uid: int | None) -> Probe:
     tree, out = scratch / "probe-tree", scratch / "probe-out"
     tree.mkdir(exist_ok=True)
     out.mkdir(exist_ok=True)
-    if uid is not None:
-        os.chown(tree, uid, uid)
-        os.chown(out, uid, uid)
-    check = "import os, pytest, hypothesis; assert os.getuid() != 0; open('/grade/out/ok', 'w').write('ok')"
+    check = f"import os, pytest, hypothesis; assert os.getuid() != 0; open(os.environ['{JSON_ENV}'], 'w').write('ok')"
     result = sandboxed(tree, out, None, ["-c", check], Limits(wall_seconds=60), uid, {})
-    if result.returncode == 0 and (out / "ok").is_file():
+    if result.returncode == 0 and (out / "report.jsonl").read_text(encoding="utf-8") == "ok":
         who = f"as uid {uid} (root drops privileges)" if uid is not None else "in a user namespace"
         return Probe(BWRAP, f"bubblewrap sandbox {who}: no network, allow-listed files, private /tmp")
     reason = result.output.strip().splitlines()[-1] if result.output.strip() else f"exit {result.returncode}"
@@ -249,7 +261,8 @@ class UidPool:
     """Unprivileged uids claimed with lock files, so concurrent batches never share one."""
 
     def __init__(self, count: int, lock_dir: Path | None = None) -> None:
-        self.lock_dir = lock_dir or Path(tempfile.gettempdir()) / "pi-course-grade-uids"
+        # Under /run (root only): in /tmp another user could own the folder and swap the lock files.
+        self.lock_dir = lock_dir or Path("/run/pi-course-grade-uids")
         self.lock_dir.mkdir(mode=0o700, exist_ok=True)
         self.uids: list[int] = []
         self._handles: list[int] = []

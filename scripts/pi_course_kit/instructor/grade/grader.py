@@ -196,9 +196,6 @@ class Grader:
             out = work_root / "out"
             out.mkdir()
             uid = self._uids.uids[0] if self._uids else None
-            if uid is not None:
-                _give(tree / self.course.package, uid)
-                _give(out, uid)
             run = self._run(tree, out, uid, str(rng.getrandbits(64)))
             tests, _, _ = _read_report(out / "report.jsonl")
             found = verdict.read_verdicts(tests, disguises, reference.labs_of)
@@ -279,9 +276,6 @@ class Grader:
             disguises = _disguise_tests(self.course, checkpoint, tree, rng)
             out = work_root / "out"
             out.mkdir()
-            if uid is not None:
-                _give(tree / self.course.package, uid)
-                _give(out, uid)
             run = self._run(tree, out, uid, str(rng.getrandbits(64)))
             record.sandbox = run.level
             if self.unsafe:
@@ -309,7 +303,6 @@ class Grader:
                 [sys.executable, *args], tree, env, self.limits, sandbox.LIMITS, out.parent / "output.log"
             )
         env = {
-            JSON_ENV: f"{bwrap.OUT}/report.jsonl",
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -359,14 +352,6 @@ class Grader:
             return None
         record.flags.append(f"bare {self.course.package}/ submission (graded as --checkpoint)")
         return self.course.checkpoint(str(self.checkpoint_override))
-
-
-def _give(top: Path, uid: int) -> None:
-    """Hand a folder the grader made (and everything in it) to the sandbox uid."""
-    os.chown(top, uid, uid, follow_symlinks=False)
-    for folder, dirs, files in os.walk(top):
-        for name in dirs + files:
-            os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
 
 
 def _disguise_tests(
