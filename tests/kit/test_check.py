@@ -30,28 +30,38 @@ def solved_folder(course: Course, checkpoint: Checkpoint, tmp_path_factory: pyte
     return folder
 
 
-def test_check_from_a_subfolder_shows_the_red_and_where_to_edit(starter_folder: Path) -> None:
-    """Run from inside pi_course/, does `check --lab 6.2` show the row, the red, the file:line and the command?"""
+def test_check_from_a_subfolder_shows_the_blocker_and_where_to_edit(starter_folder: Path) -> None:
+    """From pi_course/ with 6.1 unsolved, does `check --lab 6.2` show 6.2 blocked and send the learner to 6.1?"""
     done = run_cli(["check", "--lab", "6.2"], cwd=starter_folder / "pi_course")
     assert done.returncode == 1
     out = done.stdout
     row = next(line for line in out.splitlines() if line.startswith("6.2 "))
-    assert "not started" in row and "0/" in row
-    assert "red:  Lab 6.2 not implemented: ToolRegistry" in out
+    assert "blocked by 6.1" in row and "0/" in row
+    # 6.2's tests stop on 6.1's stub, so the next step is the blocker's red, not 6.2's.
+    assert "next: Lab 6.1 (failing) — Lab 6.1 not implemented: object_schema" in out
     assert "edit: pi_course/tool.py:" in out
-    assert "run:  python -m pytest -m lab6_2" in out
-    assert "pi-course hint 6.2" in out
+    assert "run:  python -m pytest -m lab6_1   (or: pi-course check --lab 6.1)" in out
+    assert "stuck? pi-course hint 6.1" in out
     assert not any(line.startswith(("6.1 ", "6.3 ")) for line in out.splitlines())  # --lab selects one lab
 
 
 def test_check_shows_every_lab_done_on_the_solution(solved_folder: Path, checkpoint: Checkpoint) -> None:
-    """With the solution in place, does `check` exit 0 with every required lab done?"""
+    """With the solution's teaching files only, does `check` exit 0, every required lab done, the transfer next?"""
     done = run_cli(["check"], cwd=solved_folder)
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line[:1].isdigit()}
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line[:1].isalnum()}
     for lab in checkpoint.required_labs:
         assert "done" in rows[lab.id]
-    assert "every required lab here is done" in done.stdout or "every lab here is done" in done.stdout
+    optional = [lab for lab in checkpoint.labs if lab.optional]
+    assert optional, "checkpoint 06 has its optional transfer exercise"
+    # solve() copies the teaching files, not the transfer exercise's new file: it is suggested, not done.
+    assert "not started (optional)" in rows[optional[0].id]
+    assert "every required lab is done; if you like, try the optional exercise:" in done.stdout
+    assert f"optional: Lab {optional[0].id} (not started) — " in done.stdout
+    assert (
+        f"run:  python -m pytest -m {optional[0].marker}   (or: pi-course check --lab {optional[0].id})"
+        in done.stdout
+    )
 
 
 def test_check_outside_a_practice_folder_is_refused(tmp_path: Path) -> None:
@@ -123,7 +133,7 @@ def test_watch_reruns_after_a_save_and_stops_on_terminate(
         tool.write_text(tool.read_text(encoding="utf-8") + "\n# saved by the learner\n", encoding="utf-8")
         second = watcher.wait_for("── run 2")
         assert "changed: pi_course/tool.py" in second
-        watcher.wait_for("red:  Lab 6.2 not implemented")
+        watcher.wait_for("next: Lab 6.1 (failing) — Lab 6.1 not implemented")
         watcher.wait_for("watching ")
         watcher.process.terminate()
         watcher.wait_for("stopped watching", timeout=20)

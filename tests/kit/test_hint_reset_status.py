@@ -128,7 +128,7 @@ def test_reset_restores_one_lab_and_backs_up_the_learner_version(
 def test_reset_state_runs_red_on_the_reset_lab_only(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After `reset 6.2` on the solution, is 6.1 still done and 6.2 back to not started?"""
+    """After `reset 6.2` on the solution, is 6.1 still done, 6.2 not started and its red the next step?"""
     folder = make_folder(course, checkpoint, tmp_path / "p")
     solve(course, checkpoint, folder)
     monkeypatch.chdir(folder)
@@ -137,7 +137,9 @@ def test_reset_state_runs_red_on_the_reset_lab_only(
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line[:1].isdigit()}
     assert "done" in rows["6.1"]
     assert "not started" in rows["6.2"]
-    assert "red:  Lab 6.2 not implemented" in done.stdout
+    assert "blocked by 6.2" in rows["6.3"]
+    assert "next: Lab 6.2 (not started) — Lab 6.2 not implemented: ToolRegistry" in done.stdout
+    assert "run:  python -m pytest -m lab6_2" in done.stdout
 
 
 def test_resetting_every_lab_of_the_solution_gives_the_starter(starter_text: str, solution_text: str) -> None:

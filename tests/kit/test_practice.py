@@ -79,12 +79,24 @@ def test_folder_holds_the_starter_tests_and_config(
 def test_notebook_is_copied_to_the_root_when_the_kit_has_one(
     made: tuple[Path, subprocess.CompletedProcess[str]], course: Course, checkpoint: Checkpoint
 ) -> None:
-    """Is the checkpoint's notebook at the folder root exactly when the kit has written it?"""
+    """Is the notebook at the folder root exactly when the kit has one, with its cells and none of its outputs?"""
     dest, _ = made
     source = course.root / checkpoint.notebook
     copied = dest / Path(checkpoint.notebook).name
     if source.is_file():
-        assert copied.read_bytes() == source.read_bytes()
+        kit_cells = [
+            cell
+            for cell in json.loads(source.read_text(encoding="utf-8"))["cells"]
+            if "repo-only" not in cell.get("metadata", {}).get("tags", [])
+        ]
+        learner_cells = json.loads(copied.read_text(encoding="utf-8"))["cells"]
+        assert [(c["cell_type"], "".join(c["source"])) for c in learner_cells] == [
+            (c["cell_type"], "".join(c["source"])) for c in kit_cells
+        ]
+        # The kit's copy shows the solution's outputs; the learner's must not give them away.
+        assert any(c.get("outputs") for c in kit_cells)
+        code = [c for c in learner_cells if c["cell_type"] == "code"]
+        assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code)
         assert copied.name in (dest / "LAB-GUIDE.md").read_text(encoding="utf-8")
     else:
         assert not copied.exists()
