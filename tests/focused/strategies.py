@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,29 @@ from hypothesis import strategies as st
 
 PROFILE = "pi-course"
 
-# Hypothesis keeps caches (unicode tables, constants) in ./.hypothesis. A folder under this very
-# file can never be created, so every cache write fails quietly and the run leaves nothing behind.
-configuration.set_hypothesis_home_dir(Path(__file__) / "no-hypothesis-storage")
+# A folder under this very file can never be created: every cache write fails quietly.
+NO_STORAGE = Path(__file__) / "no-hypothesis-storage"
+
+
+def hypothesis_home() -> Path:
+    """Where Hypothesis keeps its caches: a per-user folder outside the practice folder, or nowhere."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    try:
+        cache = Path(base) if Path(base).is_absolute() else Path.home() / ".cache"
+        home = (cache / "pi-course" / "hypothesis").resolve()
+        here = Path(__file__).resolve().parent.parent
+        # A cache inside the folder under test would leave files in the learner's folder.
+        if home.is_relative_to(here) or home.is_relative_to(Path.cwd().resolve()):
+            return NO_STORAGE
+        home.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError):  # no home directory, or a read-only one
+        return NO_STORAGE
+    return home if os.access(home, os.W_OK) else NO_STORAGE
+
+
+# Hypothesis would keep its caches (unicode tables, constants) in ./.hypothesis, inside the learner's
+# folder; a per-user cache keeps the unicode table between runs instead of rebuilding it every time.
+configuration.set_hypothesis_home_dir(hypothesis_home())
 
 # No example database (a run writes nothing into the learner's folder), no deadline (a slow
 # machine is not a failure), a fixed seed (every learner sees the same counterexample).
