@@ -10,7 +10,8 @@ import pytest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.regions import strip_solution
 from pi_course_kit.core.runner import RunResult, run_tests
-from pi_course_kit.core.staging import stage_tree, test_files
+from pi_course_kit.core.staging import stage_tree
+from pi_course_kit.core.staging import test_files as staged_test_files
 
 
 def partial_tree(course: Course, checkpoint: Checkpoint, tmp: Path, unfinished: set[str]) -> Path:
@@ -144,7 +145,7 @@ def _required_imports(tree: ast.Module, present: set[str]) -> set[str]:
 
 def test_report_plugin_needs_only_pytest_and_the_standard_library(course: Course) -> None:
     """Do the files that travel with the tests need only pytest, the stdlib and each other (others optional)?"""
-    travelling = test_files(course, course.checkpoint("06"))
+    travelling = staged_test_files(course, course.checkpoint("06"))
     own = {name.removesuffix(".py") for name in travelling if name.startswith("pi_course_")}
     assert {"pi_course_report", "pi_course_records", "pi_course_i18n"} <= own
     allowed = set(sys.stdlib_module_names) | {"pytest"} | own

@@ -178,9 +178,9 @@ def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None, cont
         "| --- | --- |",
         "| 看所有 lab 的进度 | `pi-course check` |",
         "| 保存即重跑 | `pi-course check --watch` |",
-        "| 只跑某个 lab | `pi-course check --lab 6.1` 或 `python -m pytest -m lab6_1` |",
-        "| 要一条提示（每次多给一条） | `pi-course hint 6.1` |",
-        "| 把某个 lab 恢复成起始状态（先自动备份） | `pi-course reset 6.1` |",
+        f"| 只跑某个 lab | `pi-course check --lab {checkpoint.first_lab.id}` 或 `python -m pytest -m {checkpoint.first_lab.marker}` |",
+        f"| 要一条提示（每次多给一条） | `pi-course hint {checkpoint.first_lab.id}` |",
+        f"| 把某个 lab 恢复成起始状态（先自动备份） | `pi-course reset {checkpoint.first_lab.id}` |",
         "| 看自己改过哪些文件 | `pi-course status` |",
         "",
     ]
