@@ -24,6 +24,16 @@ def copy_repo(course: Course, dest: Path) -> Path:
     return dest
 
 
+def add_to_checkpoint(manifest_text: str, checkpoint_id: str, toml: str) -> str:
+    """Append TOML to one checkpoint's block of a manifest, wherever that block stands in the file."""
+    blocks = manifest_text.split("\n[[checkpoints]]\n")
+    for index, block in enumerate(blocks[1:], start=1):
+        if block.startswith(f'id = "{checkpoint_id}"\n'):
+            blocks[index] = block.rstrip("\n") + "\n" + toml + "\n"
+            return "\n[[checkpoints]]\n".join(blocks)
+    raise AssertionError(f"no checkpoint {checkpoint_id} in the manifest")
+
+
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under a folder with its bytes."""
     return {

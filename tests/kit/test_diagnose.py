@@ -8,7 +8,7 @@ import pytest
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.mutate import mutation_lab, mutation_problems
-from test_build_labs import copy_repo, snapshot
+from test_build_labs import add_to_checkpoint, copy_repo, snapshot
 
 REQUIRED_LABS = {"6.1", "6.2", "6.3"}
 
@@ -58,9 +58,12 @@ def test_an_uncaught_mutation_is_reported_with_exit_1(
     repo = copy_repo(course, tmp_path / "repo")
     manifest = repo / "course.toml"
     manifest.write_text(
-        manifest.read_text(encoding="utf-8")
-        + '\n[[checkpoints.mutations]]\nname = "comment-only"\ndescription = "changes a comment"\n'
-        'file = "pi_course/tool.py"\nfind = "# Overwriting would let"\nreplace = "# Replacing would let"\n',
+        add_to_checkpoint(
+            manifest.read_text(encoding="utf-8"),
+            "06",
+            '\n[[checkpoints.mutations]]\nname = "comment-only"\ndescription = "changes a comment"\n'
+            'file = "pi_course/tool.py"\nfind = "# Overwriting would let"\nreplace = "# Replacing would let"\n',
+        ),
         encoding="utf-8",
     )
     assert cli.main(["diagnose", "06", "comment-only", "--manifest", str(manifest)]) == 1
