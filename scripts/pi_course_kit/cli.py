@@ -76,8 +76,11 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 def _take_language(argv: list[str]) -> list[str]:
     """Apply and remove a leading `--lang LANG` (e.g. `--lang en`): the learner's language for every message."""
     if len(argv) >= 2 and argv[0] == "--lang":
-        from pi_course_kit.core.i18n import use
+        from pi_course_kit.core.i18n import is_known, locale_dirs, use
 
+        if not is_known(argv[1]):
+            known = sorted({"en", *(p.name for d in locale_dirs() if d.is_dir() for p in d.iterdir())})
+            raise KitError(f"unknown language {argv[1]!r} for --lang; choose one of: {', '.join(known)}")
         use(argv[1])
         return argv[2:]
     return argv
@@ -86,7 +89,11 @@ def _take_language(argv: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `pi-course` console command."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    argv = _take_language(argv)
+    try:
+        argv = _take_language(argv)
+    except KitError as error:
+        print(f"pi-course: error: {error}", file=sys.stderr)
+        return 2
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if args.command is None:

@@ -68,6 +68,13 @@ def translation(languages: list[str] | None = None) -> gettext.NullTranslations:
 _current: gettext.NullTranslations | None = None
 
 
+def is_known(language: str) -> bool:
+    """Whether `language` is English (the messages themselves) or one a catalog exists for."""
+    if language.split(".")[0].split("_")[0] == "en":
+        return True
+    return any(d.is_dir() and gettext.find(DOMAIN, d, languages=[language]) for d in locale_dirs())
+
+
 def use(language: str | None) -> None:
     """Switch every later message to `language` (None: choose again from the environment)."""
     global _current

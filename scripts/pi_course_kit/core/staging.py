@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course, Lab
 
 TESTS_DIR = "tests"
@@ -102,7 +103,12 @@ def staged(course: Course, checkpoint: Checkpoint, source_tree: Path) -> Iterato
 def write_atomically(dest: Path, fill: Callable[[Path], None]) -> Path:
     """Build a folder next to `dest` and rename it into place, so a failure leaves nothing behind."""
     dest = dest.absolute()
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise KitError(
+            f"cannot create {dest}: a file stands in its path; choose a folder elsewhere"
+        ) from None
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     try:
         fill(tmp)

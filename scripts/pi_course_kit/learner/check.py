@@ -56,7 +56,7 @@ def lab_marker(folder: PracticeFolder, lab_id: str) -> str:
 def pytest_args(folder: PracticeFolder, lab: str | None, timeout: float | None) -> list[str]:
     """The pytest arguments for one check run."""
     args = []
-    if lab:
+    if lab is not None:  # `--lab ""` is a typo to report, not "every lab"
         args += ["-m", lab_marker(folder, lab)]
     if timeout is not None:
         if timeout <= 0:

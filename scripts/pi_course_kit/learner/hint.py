@@ -32,7 +32,7 @@ def syntax_error(folder: PracticeFolder, checkpoint: Checkpoint) -> tuple[str, i
 
 def choose_lab(folder: PracticeFolder, checkpoint: Checkpoint, wanted: str | None) -> Lab:
     """The lab asked for; else the lab of a line that does not parse; else the earliest unfinished required lab."""
-    if wanted:
+    if wanted is not None:  # `hint ""` names no lab: refuse it rather than guess one
         return checkpoint.lab(wanted)
     known = {lab.id: lab for lab in checkpoint.labs}
     broken = syntax_error(folder, checkpoint)
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     """Print the next unseen hint (or the last one again once all are seen) and remember it."""
     folder = open_folder()
     checkpoint = manifest.load(folder.course_path).checkpoint(folder.checkpoint_id)
-    if not args.lab and (broken := syntax_error(folder, checkpoint)) is not None:
+    if args.lab is None and (broken := syntax_error(folder, checkpoint)) is not None:
         print(
             _(
                 "{file}:{line} does not parse ({message}): fix that line first; the hint below is for its lab"
