@@ -1,0 +1,46 @@
+"""Inline checks in a notebook: one full run serves the lab checks that follow, until the code changes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pi_course_kit.core import runner
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.staging import stage_tree
+from pi_course_kit.notebook import checks
+from pi_course_kit.notebook import helpers as nbhelp
+
+
+@pytest.mark.slow
+def test_lab_checks_reuse_a_full_run_of_the_same_code_and_rerun_after_an_edit(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After progress(), does check() answer from that run, and run pytest again once a file changed?"""
+    monkeypatch.delenv(nbhelp.TREE_ENV, raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(checks, "_last_full", {})
+    practice = stage_tree(course, checkpoint, course.root / checkpoint.starter, tmp_path / "practice")
+    nbhelp.use_tree(checkpoint.id, cwd=practice, quiet=True)
+    calls: list[list[str]] = []
+    real = runner.run_tests
+
+    def counted(tree: Path, args: Any = (), **kwargs: Any) -> runner.RunResult:
+        calls.append(list(args))
+        return real(tree, args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_tests", counted)
+    first = checkpoint.labs[0]
+    full = checks.progress()
+    lab = checks.check(first.id)
+    assert len(calls) == 1 and "-m" not in calls[0]
+    assert [row["id"] for row in lab.labs] == [first.id]
+    assert lab.tests and all(test["lab"] == first.id for test in lab.tests)
+    assert lab.command == f"python -m pytest -m {first.marker}" and not lab.passed
+    assert {row["id"] for row in full.labs} >= {first.id}
+    edited = next((practice / "pi_course").glob("*.py"))
+    edited.write_text(edited.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+    checks.check(first.id)
+    assert len(calls) == 2 and calls[1][:2] == ["-m", first.marker]
