@@ -15,22 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from learner_support import run_cli
 
 FIXTURE = Path(__file__).with_name("fixture_course")
 ENGINE = Path(__file__).resolve().parents[2] / "scripts" / "pi_course_kit"
 #: What a checkpoint fact of the real course looks like in code: an id, a lab id, a marker.
 CHAPTER_FACT = re.compile(r"\b0[67]\b|\blab[67]_\d|\b[67]\.\d\b|transfer6")
-
-
-def pi_course(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run the kit's command line in its own interpreter."""
-    return subprocess.run(
-        [sys.executable, "-m", "pi_course_kit.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 @pytest.fixture
@@ -41,7 +31,7 @@ def course_copy(tmp_path: Path) -> Path:
 
 def test_committed_fixture_starters_are_what_build_labs_generates(tmp_path: Path) -> None:
     """Are the fixture's labs/ exactly what `build-labs` writes from its solutions?"""
-    done = pi_course("build-labs", "--check", "--course", str(FIXTURE), cwd=tmp_path)
+    done = run_cli(["build-labs", "--check", "--course", str(FIXTURE)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -49,7 +39,7 @@ def test_build_labs_writes_every_starter_of_a_fresh_course(course_copy: Path) ->
     """With labs/ deleted, does build-labs write every starter, stubs numbered by lab?"""
     shutil.rmtree(course_copy / "labs")
     course_copy.joinpath("labs").mkdir()
-    assert pi_course("build-labs", "--course", str(course_copy), cwd=course_copy).returncode == 0
+    assert run_cli(["build-labs", "--course", str(course_copy)], course_copy).returncode == 0
     counter = (course_copy / "labs/a1-counter/pi_course/counter.py").read_text(encoding="utf-8")
     assert 'raise LabNotImplemented("1.1", "Counter.add")' in counter
     assert 'raise LabNotImplemented("1.2", "Counter.reset")' in counter
@@ -61,7 +51,7 @@ def test_build_labs_writes_every_starter_of_a_fresh_course(course_copy: Path) ->
 
 def test_verify_passes_on_the_fixture_course(course_copy: Path) -> None:
     """Does every promise hold for both fixture checkpoints: sync, lineage, green, red, first red, mutations?"""
-    done = pi_course("verify", "--course", str(course_copy), cwd=course_copy)
+    done = run_cli(["verify", "--course", str(course_copy)], course_copy)
     assert done.returncode == 0, done.stdout + done.stderr
     for line in (
         "ok   a2 inherited files equal the parent's solution",
@@ -77,7 +67,7 @@ def test_verify_fails_when_an_inherited_file_drifts_from_the_parent(course_copy:
     """When a2's copy of counter.py differs from a1's solution, does verify name the file and the fix?"""
     drifted = course_copy / "solutions/a2-pair/pi_course/counter.py"
     drifted.write_text(drifted.read_text(encoding="utf-8") + "\n# drift\n", encoding="utf-8")
-    done = pi_course("verify", "--course", str(course_copy), "--check", "parents", cwd=course_copy)
+    done = run_cli(["verify", "--course", str(course_copy), "--check", "parents"], course_copy)
     assert done.returncode == 1
     assert "FAIL a2 inherited files equal the parent's solution" in done.stdout
     assert "solutions/a2-pair/pi_course/counter.py differs from the parent's" in done.stdout
@@ -89,7 +79,7 @@ def test_a_child_listed_before_its_parent_is_refused(course_copy: Path) -> None:
     manifest.write_text(
         manifest.read_text(encoding="utf-8").replace('parent = "a1"', 'parent = "a9"'), encoding="utf-8"
     )
-    done = pi_course("verify", "--course", str(course_copy), cwd=course_copy)
+    done = run_cli(["verify", "--course", str(course_copy)], course_copy)
     assert done.returncode == 2
     assert "'checkpoints[1].parent' is 'a9', which is not an earlier checkpoint" in done.stderr
     assert "Traceback" not in done.stderr
@@ -99,7 +89,7 @@ def test_practice_folder_of_the_child_starts_red_on_its_first_lab_with_the_paren
     tmp_path: Path, course_copy: Path
 ) -> None:
     """Does a fresh a2 folder run a1's tests green and stop first on `Lab 2.1 not implemented`?"""
-    made = pi_course("practice", "a2", str(tmp_path / "p"), "--course", str(course_copy), cwd=tmp_path)
+    made = run_cli(["practice", "a2", str(tmp_path / "p"), "--course", str(course_copy)], tmp_path)
     assert made.returncode == 0, made.stderr
     red = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
@@ -115,23 +105,21 @@ def test_practice_folder_of_the_child_starts_red_on_its_first_lab_with_the_paren
     assert tests["test_add_counts_one_at_a_time"]["outcome"] == "passed"
     assert tests["test_reset_goes_back_to_zero"]["outcome"] == "passed"
     assert tests["test_a_pair_has_two_separate_counters"]["message"] == "Lab 2.1 not implemented: Pair"
-    hint = pi_course("hint", cwd=tmp_path / "p")
+    hint = run_cli(["hint"], tmp_path / "p")
     assert hint.returncode == 0 and "make two counters" in hint.stdout
 
 
 def test_practice_from_the_learners_own_parent_folder(tmp_path: Path, course_copy: Path) -> None:
     """Once a1 is solved in the learner's folder, does `practice a2 --from` carry their counter.py over?"""
     assert (
-        pi_course(
-            "practice", "a1", str(tmp_path / "a1"), "--course", str(course_copy), cwd=tmp_path
-        ).returncode
+        run_cli(["practice", "a1", str(tmp_path / "a1"), "--course", str(course_copy)], tmp_path).returncode
         == 0
     )
-    refused = pi_course("practice", "a2", "a2", "--from", "a1", "--course", str(course_copy), cwd=tmp_path)
+    refused = run_cli(["practice", "a2", "a2", "--from", "a1", "--course", str(course_copy)], tmp_path)
     assert refused.returncode == 2 and "Lab 1.1" in refused.stderr and "Lab 1.2" in refused.stderr
     solved = (course_copy / "solutions/a1-counter/pi_course/counter.py").read_text(encoding="utf-8")
     (tmp_path / "a1/pi_course/counter.py").write_text(solved + "# mine\n", encoding="utf-8")
-    made = pi_course("practice", "a2", "a2", "--from", "a1", "--course", str(course_copy), cwd=tmp_path)
+    made = run_cli(["practice", "a2", "a2", "--from", "a1", "--course", str(course_copy)], tmp_path)
     assert made.returncode == 0, made.stderr
     assert (tmp_path / "a2/pi_course/counter.py").read_text(encoding="utf-8").endswith("# mine\n")
 

@@ -2,37 +2,18 @@
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from learner_support import run_cli, snapshot
 from pi_course_kit.core import manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor import promises
 
 COURSE = manifest.load()
 CHILDREN = [cp.id for cp in COURSE.checkpoints if cp.parent is not None]
-
-
-def pi_course(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run the kit's command line in its own interpreter."""
-    return subprocess.run(
-        [sys.executable, "-m", "pi_course_kit.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def tree_hash(root: Path) -> str:
-    """One digest of every file's path and bytes under `root`."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
 
 
 @pytest.fixture(params=CHILDREN)
@@ -85,16 +66,16 @@ def test_practice_from_an_unfinished_parent_folder_is_refused_and_changes_nothin
     """Is `practice CHILD DIR --from MY_PARENT` refused, naming the labs, while the parent folder is red?"""
     parent = COURSE.parent_of(child)
     assert parent is not None
-    made = pi_course("practice", parent.id, str(tmp_path / "mine"), cwd=tmp_path)
+    made = run_cli(["practice", parent.id, str(tmp_path / "mine")], tmp_path)
     assert made.returncode == 0, made.stderr
-    before = tree_hash(tmp_path / "mine")
-    refused = pi_course("practice", child.id, str(tmp_path / "next"), "--from", "mine", cwd=tmp_path)
+    before = snapshot(tmp_path / "mine")
+    refused = run_cli(["practice", child.id, str(tmp_path / "next"), "--from", "mine"], tmp_path)
     assert refused.returncode == 2
     assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
     assert "not finished yet" in refused.stderr
     assert all(f"Lab {lab.id}" in refused.stderr for lab in parent.required_labs)
     assert not (tmp_path / "next").exists()
-    assert tree_hash(tmp_path / "mine") == before
+    assert snapshot(tmp_path / "mine") == before
 
 
 def test_practice_from_a_finished_parent_folder_carries_the_learners_own_files(
@@ -103,15 +84,15 @@ def test_practice_from_a_finished_parent_folder_carries_the_learners_own_files(
     """With the parent finished, does the child folder hold the learner's own files and start red on its lab?"""
     parent = course.parent_of(child)
     assert parent is not None
-    assert pi_course("practice", parent.id, str(tmp_path / "mine"), cwd=tmp_path).returncode == 0
+    assert run_cli(["practice", parent.id, str(tmp_path / "mine")], tmp_path).returncode == 0
     for relative in parent.teaching_files:
         solved = (course.root / parent.solution / relative).read_text(encoding="utf-8")
         # The learner's own version: the reference plus a comment only they wrote.
         (tmp_path / "mine" / relative).write_text(solved + "\n# my own work\n", encoding="utf-8")
-    before = tree_hash(tmp_path / "mine")
-    made = pi_course("practice", child.id, str(tmp_path / "next"), "--from", "mine", cwd=tmp_path)
+    before = snapshot(tmp_path / "mine")
+    made = run_cli(["practice", child.id, str(tmp_path / "next"), "--from", "mine"], tmp_path)
     assert made.returncode == 0, made.stderr
-    assert tree_hash(tmp_path / "mine") == before
+    assert snapshot(tmp_path / "mine") == before
     for relative in parent.teaching_files:
         assert (tmp_path / "next" / relative).read_text(encoding="utf-8").endswith("# my own work\n")
     first = child.first_lab
@@ -128,8 +109,8 @@ def test_practice_from_a_finished_parent_folder_carries_the_learners_own_files(
 
 def test_practice_from_a_folder_of_the_wrong_checkpoint_is_refused(tmp_path: Path, child: Checkpoint) -> None:
     """Is --from with a folder of the child itself (not its parent) refused in one line?"""
-    assert pi_course("practice", child.id, str(tmp_path / "a"), cwd=tmp_path).returncode == 0
-    refused = pi_course("practice", child.id, str(tmp_path / "b"), "--from", "a", cwd=tmp_path)
+    assert run_cli(["practice", child.id, str(tmp_path / "a")], tmp_path).returncode == 0
+    refused = run_cli(["practice", child.id, str(tmp_path / "b"), "--from", "a"], tmp_path)
     assert refused.returncode == 2 and "builds on" in refused.stderr
     assert not (tmp_path / "b").exists()
 
@@ -137,6 +118,6 @@ def test_practice_from_a_folder_of_the_wrong_checkpoint_is_refused(tmp_path: Pat
 def test_practice_from_on_a_checkpoint_without_parent_is_refused(tmp_path: Path) -> None:
     """Does --from on a checkpoint with no parent say that there is nothing to carry over?"""
     root = next(cp for cp in COURSE.checkpoints if cp.parent is None)
-    refused = pi_course("practice", root.id, str(tmp_path / "x"), "--from", str(tmp_path), cwd=tmp_path)
+    refused = run_cli(["practice", root.id, str(tmp_path / "x"), "--from", str(tmp_path)], tmp_path)
     assert refused.returncode == 2 and "--from has nothing to carry over" in refused.stderr
     assert not (tmp_path / "x").exists()
