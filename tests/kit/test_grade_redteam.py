@@ -186,6 +186,13 @@ try:
     _HITS.append("network")
 except OSError:
     pass
+# Nothing on the host's disk is writable: not the copy (its tests, its package), not the sandbox root.
+for _path in ("pi_course/_written.py", "tests/_written.py", "/grade/_written", "/_written"):
+    try:
+        open(_path, "w").close()
+        _HITS.append("writes " + _path)
+    except OSError:
+        pass
 if _HITS:
     raise RuntimeError("LEAK " + "; ".join(_HITS))
 """
@@ -425,7 +432,7 @@ def test_printed_text_never_becomes_flags_or_verdicts(attack: dict[str, Any]) ->
 
 
 def test_learner_code_sees_no_secret_home_peer_solution_or_network(attack: dict[str, Any]) -> None:
-    """Does code hunting ~/.ssh, ~/.aws, /proc environ, solutions/, classmates, the network find nothing?"""
+    """Does code hunting ~/.ssh, ~/.aws, /proc environ, solutions/, classmates, the network, a writable disk find nothing?"""
     record = rec(attack, "snoop")
     assert record["status"] == "complete", record["message"]
     assert "LEAK" not in attack["text"]

@@ -139,6 +139,8 @@ def command(
     argv += ["--ro-bind", str(tree), TREE, "--chdir", TREE]
     if kit is not None:
         argv += ["--ro-bind", str(kit), KIT]
+    # bwrap's own root tmpfs (and /grade on it) belong to the sandbox uid in a user namespace: read-only.
+    argv += ["--remount-ro", "/"]
     for key, value in {
         **env,
         "PYTHONPATH": f"{SITE}:{KIT}" if kit is not None else SITE,

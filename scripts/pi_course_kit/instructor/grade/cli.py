@@ -29,6 +29,7 @@ from pi_course_kit.instructor.grade.grader import (
     SKIPPED,
     Grader,
     LearnerRecord,
+    clean,
     summary,
     write_json_lines,
 )
@@ -228,7 +229,9 @@ def run(args: argparse.Namespace) -> int:
     name_width = max([7, *(len(learner) for learner, _ in pairs)])
     if not args.quiet:
         shard = f" (shard {args.shard})" if args.shard else ""
-        print(f"grading {len(pairs)} submission(s){shard}, {args.jobs} at a time, sandbox: {grader.level}")
+        print(
+            f"grading {len(pairs)} submission(s){shard}, {args.jobs} at a time, sandbox: {grader.probe_message}"
+        )
         print(
             f"{'learner':<{name_width}}  {'status':<13}  {'points':>9}  "
             + "  ".join(f"{lab:>9}" for lab in lab_ids)
@@ -238,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
 
     def show(record: LearnerRecord) -> None:
         # grade_all reports in submission order, so the ids line up.
-        record.learner = next(ids)
+        record.learner = clean(next(ids), 200)  # a folder name may hold ESC, newlines or 0xff
         if args.quiet:
             return
         notes = "; ".join([*([record.message] if record.message else []), *record.flags])
