@@ -85,6 +85,12 @@ class LabSummary:
     #: Tests of this lab the run selected; more than `total` when the run stopped early (-x, --maxfail).
     collected: int = 0
 
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> LabSummary:
+        """A summary row as the closing record of a run carries it (without its test records)."""
+        known = {name for name in cls.__dataclass_fields__ if name not in ("records", "first_failure")}
+        return cls(**{key: value for key, value in row.items() if key in known})
+
 
 def parse_marker_line(line: str) -> LabInfo | None:
     """Read a marker registration `lab6_1: 6.1 | title[ | optional]` back into a LabInfo."""
@@ -414,8 +420,8 @@ def step_lines(step: dict[str, Any] | None, all_done_label: str | None = None) -
     return lines
 
 
-def render(rows: list[LabSummary], step: dict[str, Any] | None, stopped_early: bool = False) -> list[str]:
-    """The report as plain text lines, columns aligned by terminal width (CJK counts two)."""
+def table_lines(rows: list[LabSummary]) -> list[str]:
+    """The per-lab table as plain text lines, columns aligned by terminal width (CJK counts two)."""
     header = [_("lab"), _("tests"), _("status"), _("title")]
     cells = [
         [
@@ -427,17 +433,20 @@ def render(rows: list[LabSummary], step: dict[str, Any] | None, stopped_early: b
         for row in rows
     ]
     widths = [max(display_width(line[i]) for line in [header, *cells]) for i in range(3)]
-    lines = []
-    for line in [header, *cells]:
-        lines.append(
-            f"{pad(line[0], widths[0])}  {pad(line[1], widths[1], right=True)}  {pad(line[2], widths[2])}  {line[3]}".rstrip()
-        )
+    return [
+        f"{pad(line[0], widths[0])}  {pad(line[1], widths[1], right=True)}  {pad(line[2], widths[2])}  {line[3]}".rstrip()
+        for line in [header, *cells]
+    ]
+
+
+def render(rows: list[LabSummary], step: dict[str, Any] | None, stopped_early: bool = False) -> list[str]:
+    """The report as plain text lines: the table, a note for an early stop, then the next step."""
+    lines = table_lines(rows)
     if stopped_early:
         lines.append(
             _("the run stopped early (-x or --maxfail): the counts above are only the tests that ran")
         )
-    lines += step_lines(step)
-    return lines
+    return lines + step_lines(step)
 
 
 def record_line(event: str, payload: dict[str, Any]) -> str:

@@ -140,14 +140,7 @@ def render(folder: PracticeFolder, result: RunResult, elapsed: float, title: str
     for line in before:
         print(line)
     if rows:
-        header = [_("lab"), _("tests"), _("status"), _("title")]
-        cells = [[str(row["id"]), _count(row), _status(row), str(row["title"])] for row in rows]
-        widths = [max(records.display_width(cell[i]) for cell in [header, *cells]) for i in range(3)]
-        for cell in [header, *cells]:
-            print(
-                f"{records.pad(cell[0], widths[0])}  {records.pad(cell[1], widths[1], right=True)}  "
-                f"{records.pad(cell[2], widths[2])}  {cell[3]}".rstrip()
-            )
+        print("\n".join(records.table_lines([records.LabSummary.from_json(row) for row in rows])))
     for line in after:
         print(line)
 
