@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from pi_course_kit import __version__
 from pi_course_kit.core.errors import KitError
@@ -60,9 +60,17 @@ def _load(name: str) -> Command:
     return module
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (what was wrong, where to look) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print `prog: error: message; see prog --help` on one line and exit 2."""
+        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+
+
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """The top-level parser; only the chosen command's module is imported."""
-    parser = argparse.ArgumentParser(prog="pi-course", description="pi-course teaching kit")
+    parser = OneLineParser(prog="pi-course", description="pi-course teaching kit")
     parser.add_argument("--version", action="version", version=f"pi-course {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)

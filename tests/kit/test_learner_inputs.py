@@ -57,6 +57,10 @@ CASES: dict[str, Case] = {
     "checkpoint DIR not empty": Case(("checkpoint", "06", "full")),
     # check, hint, reset with bad labs or options inside a practice folder
     "check --timeout -1": Case(("check", "--timeout", "-1"), where="folder"),
+    "check --timeout abc (argparse)": Case(("check", "--timeout", "abc"), where="folder"),
+    "practice without arguments (argparse)": Case(("practice",)),
+    "an unknown command (argparse)": Case(("pratice", "06", "new"), refused="new"),
+    "reset with an unknown option (argparse)": Case(("reset", "6.1", "--force"), where="folder"),
     "check --timeout 0": Case(("check", "--timeout", "0"), where="folder"),
     "check --lang xx": Case(("--lang", "xx", "check"), where="folder"),
     "reset without a lab": Case(("reset",), where="folder"),
