@@ -25,6 +25,7 @@ from pi_course_kit.instructor.grade import (
     shards,
 )
 from pi_course_kit.instructor.grade.grader import (
+    CRASHED,
     SANDBOX_ERROR,
     SKIPPED,
     Grader,
@@ -38,8 +39,9 @@ from pi_course_kit.instructor.grade.sandbox import Limits, MiB
 from pi_course_kit.instructor.options import add_manifest_option, load_course
 
 MERGE = "merge"
-#: Statuses of a submission that could not be graded at all: the run exits 1 when any has one.
-UNGRADED = (SKIPPED, SANDBOX_ERROR)
+#: Statuses of a submission that could not be graded: the run exits 1 when any has one. A crashed run
+#: (no report) is among them: under load it can be the machine's fault, so the instructor should re-run it.
+UNGRADED = (SKIPPED, SANDBOX_ERROR, CRASHED)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
