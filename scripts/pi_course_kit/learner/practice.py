@@ -27,6 +27,7 @@ from pi_course_kit.core.folder import (
     tracked_files,
     write_json_atomically,
 )
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.regions import Stub, find_stubs, functions
@@ -289,15 +290,22 @@ def create(course: Course, checkpoint: Checkpoint, dest: Path) -> Path:
 def next_steps(course: Course, checkpoint: Checkpoint, dest: Path, kit_installed: bool) -> list[str]:
     """What to type after the folder is made."""
     first = checkpoint.labs[0]
-    lines = [f"practice folder ready: {dest} (checkpoint {checkpoint.id}: {checkpoint.title})", "next steps:"]
+    lines = [
+        _("practice folder ready: {dest} (checkpoint {id}: {title})").format(
+            dest=dest, id=checkpoint.id, title=checkpoint.title
+        ),
+        _("next steps:"),
+    ]
     if not kit_installed:
         lines.append(f"  bash {course.root}/scripts/bootstrap && . {course.root}/.venv/bin/activate")
     lines += [
         f"  cd {dest}",
-        f"  python -m pytest -m {first.marker} -x   # first red: {checkpoint.first_red_prefix} …",
-        f"  edit {checkpoint.teaching_files[0]}          # {GUIDE} lists every lab, in order",
-        "  pi-course check --watch         # re-runs the tests on every save",
-        f"  pi-course hint {first.id}              # one more hint each time",
+        f"  python -m pytest -m {first.marker} -x   # "
+        + _("first red: {prefix} …").format(prefix=checkpoint.first_red_prefix),
+        f"  edit {checkpoint.teaching_files[0]}          # "
+        + _("{guide} lists every lab, in order").format(guide=GUIDE),
+        "  pi-course watch                 # " + _("guided mode: one lab at a time, re-run on every save"),
+        f"  pi-course hint {first.id}              # " + _("one more hint each time"),
     ]
     return lines
 

@@ -6,6 +6,7 @@ import argparse
 
 from pi_course_kit import __version__
 from pi_course_kit.core.folder import BACKUP_DIR, META_DIR, open_folder
+from pi_course_kit.core.i18n import _
 from pi_course_kit.learner import check
 
 
@@ -20,26 +21,38 @@ def run(args: argparse.Namespace) -> int:
     """Print the folder's facts, what changed since it was made, and (unless --no-run) the lab table."""
     folder = open_folder()
     meta = folder.meta
-    print(f"practice folder {folder.root}")
-    print(f"  checkpoint {folder.checkpoint_id} ({meta.get('slug', '?')}), made {meta.get('created', '?')}")
+    print(_("practice folder {root}").format(root=folder.root))
+    print(
+        _("  checkpoint {id} ({slug}), made {created}").format(
+            id=folder.checkpoint_id, slug=meta.get("slug", "?"), created=meta.get("created", "?")
+        )
+    )
     made_with = meta.get("kit_version", "?")
-    note = "" if made_with == __version__ else f" (this kit is {__version__}; the tests may differ)"
-    print(f"  made with pi-course kit {made_with}{note}")
+    note = (
+        ""
+        if made_with == __version__
+        else _(" (this kit is {version}; the tests may differ)").format(version=__version__)
+    )
+    print(_("  made with pi-course kit {version}").format(version=made_with) + note)
     changes = folder.changes()
     if any(changes.values()):
-        print("files changed since the folder was made:")
+        print(_("files changed since the folder was made:"))
         for kind in ("modified", "added", "deleted"):
             for name in changes[kind]:
                 print(f"  {kind:<8} {name}")
     else:
-        print("files changed since the folder was made: none yet (start with LAB-GUIDE.md)")
+        print(_("files changed since the folder was made: none yet (start with LAB-GUIDE.md)"))
     hints = {lab: count for lab, count in meta.get("hints", {}).items() if count}
     if hints:
-        print("hints seen: " + ", ".join(f"Lab {lab} {count}" for lab, count in sorted(hints.items())))
+        print(_("hints seen: ") + ", ".join(f"Lab {lab} {count}" for lab, count in sorted(hints.items())))
     backups = folder.root / META_DIR / BACKUP_DIR
     saved = sorted(p.name for p in backups.iterdir()) if backups.is_dir() else []
     if saved:
-        print(f"backups (from `pi-course reset`): {len(saved)}, latest {META_DIR}/{BACKUP_DIR}/{saved[-1]}")
+        print(
+            _("backups (from `pi-course reset`): {count}, latest {path}").format(
+                count=len(saved), path=f"{META_DIR}/{BACKUP_DIR}/{saved[-1]}"
+            )
+        )
     if args.no_run:
         return 0
     print()
