@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import json
 import re
 import unicodedata
@@ -129,12 +130,22 @@ def lab_of_line(path: Path, line: int) -> str | None:
     return None
 
 
-def _functions(path: Path) -> list[tuple[str, int, int]]:
-    """(qualified name, first line, last line) of every function of a file; [] when it does not parse."""
+def _functions(path: Path) -> tuple[tuple[str, int, int], ...]:
+    """(qualified name, first line, last line) of every function of a file; () when it does not parse."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        info = path.stat()
+    except OSError:
+        return ()
+    # A red run asks about the same few files dozens of times: parse each version of a file once.
+    return _parsed_functions(str(path), info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed_functions(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, int, int], ...]:
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        return []
+        return ()
     found: list[tuple[str, int, int]] = []
 
     def visit(node: ast.AST, prefix: str) -> None:
@@ -146,7 +157,7 @@ def _functions(path: Path) -> list[tuple[str, int, int]]:
                 visit(child, f"{prefix}{child.name}.")
 
     visit(tree, "")
-    return found
+    return tuple(found)
 
 
 def function_at(path: Path, line: int) -> str | None:
