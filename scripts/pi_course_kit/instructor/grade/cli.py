@@ -25,7 +25,6 @@ from pi_course_kit.instructor.grade import (
     shards,
 )
 from pi_course_kit.instructor.grade.grader import (
-    CRASHED,
     SANDBOX_ERROR,
     SKIPPED,
     Grader,
@@ -39,9 +38,9 @@ from pi_course_kit.instructor.grade.sandbox import Limits, MiB
 from pi_course_kit.instructor.options import add_manifest_option, load_course
 
 MERGE = "merge"
-#: Statuses of a submission that could not be graded: the run exits 1 when any has one. A crashed run
-#: (no report) is among them: under load it can be the machine's fault, so the instructor should re-run it.
-UNGRADED = (SKIPPED, SANDBOX_ERROR, CRASHED)
+#: Statuses of a submission that could not be graded at all: the run exits 1 when any has one. A crashed
+#: run is graded (0, with the reason): learner code can end its own run (os._exit), see test_grade_security.
+UNGRADED = (SKIPPED, SANDBOX_ERROR)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
