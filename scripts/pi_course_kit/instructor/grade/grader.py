@@ -16,13 +16,22 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
-from pi_course_kit.core.records import read_records
+from pi_course_kit.core.records import (
+    BLOCKED,
+    DONE,
+    FAILING,
+    IN_PROGRESS,
+    LabInfo,
+    TestRecord,
+    read_records,
+    summarise,
+)
 from pi_course_kit.core.runner import JSON_ENV, pytest_command
 from pi_course_kit.core.staging import TESTS_DIR, pytest_ini, stage_tree, test_files
 from pi_course_kit.instructor.grade import bwrap, copying, sandbox, verdict
@@ -426,16 +435,19 @@ def _read_report(report: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | N
     return tests, summary_record, errors
 
 
-def _lab_status(passed: int, total: int, records: list[dict[str, Any]], lab_id: str) -> str:
+def _lab_status(passed: int, total: int, found: list[dict[str, Any]], lab: LabInfo) -> str:
+    """The lab's status by the report's own rules (records.summarise), in the gradebook's words."""
     if total and passed == total:
         return "done"
-    failures = [r for r in records if r.get("outcome") != "passed"]
-    if any(r.get("outcome") == "failed" and r.get("exc_lab") is None for r in failures):
+    known = set(TestRecord.__dataclass_fields__)
+    tests = [TestRecord(**{k: v for k, v in r.items() if k in known}) for r in found if "nodeid" in r]
+    row = summarise([lab], [replace(t, lab=lab.id) for t in tests])[0]
+    if row.status == BLOCKED and row.blocked_by:
+        return f"blocked by {clean(row.blocked_by, 20)}"
+    # Tests that never reported count as failures here, so a lab with any pass is failing, not done.
+    if row.status in (FAILING, IN_PROGRESS, DONE) or passed:
         return "failing"
-    if passed or any(r.get("exc_lab") == lab_id for r in failures):
-        return "failing" if passed else "not started"
-    blocked = [clean(r.get("exc_lab"), 20) for r in failures if r.get("exc_lab") is not None]
-    return f"blocked by {blocked[0]}" if blocked else "not started"
+    return "not started"
 
 
 def _observed_flags(run: sandbox.Sandboxed) -> list[str]:
@@ -471,7 +483,13 @@ def _score(
         passed = 0 if verdicts.tampering else sum(1 for r in records if r.get("outcome") == "passed")
         failure = next((r for r in records if r.get("outcome") != "passed"), None)
         message = clean(failure.get("message") or failure.get("skip_reason") or "") if failure else ""
-        status = "tampering" if verdicts.tampering else _lab_status(passed, len(nodes), records, lab.id)
+        status = (
+            "tampering"
+            if verdicts.tampering
+            else _lab_status(
+                passed, len(nodes), records, LabInfo(lab.id, lab.marker, lab.title, lab.optional)
+            )
+        )
         record.labs.append(LabScore(lab.id, lab.title, lab.optional, passed, len(nodes), status, message))
     required = [score for score in record.labs if not score.optional]
     record.passed = sum(s.passed for s in required)
