@@ -198,3 +198,37 @@ def test_the_compiled_catalog_matches_its_po_file() -> None:
             if message.id:
                 assert message.string, message.id
                 assert compiled.gettext(str(message.id)) == message.string, message.id
+
+
+def test_an_older_record_never_hides_this_runs_red_after_an_edit(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """After 6.1 was seen failing and then fixed, does a failing `-m lab6_3` run point at 6.3, not at 6.1?"""
+    folder = folder_with(course, checkpoint, tmp_path, set())
+    tool = folder / "pi_course" / "tool.py"
+    solved = tool.read_text(encoding="utf-8")
+    unfiltered = "        return {name: check(value.get(name)) for name, check in self.shape.items()}\n"
+    tool.write_text(solved.replace(unfiltered, "        return value\n"), encoding="utf-8")
+    assert english(folder, ["-m", "lab6_1"]).lab("6.1")["status"] == "failing"  # type: ignore[index]
+    is_error = "is_error=output.is_error if output.is_error is not None else False,"
+    tool.write_text(
+        solved.replace(is_error, "is_error=output.is_error,  # type: ignore[arg-type]"), encoding="utf-8"
+    )
+    result = english(folder, ["-m", "lab6_3"])
+    assert result.next_step is not None
+    assert (result.next_step["lab"], result.next_step["status"]) == ("6.3", "failing")
+    assert any("is_error" in line for line in result.next_step["diff"])
+
+
+def test_a_lab_recorded_done_is_unchecked_again_once_the_package_changes(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Once every lab passed, an edit then a green `-m lab6_3` run: is 6.1 named as not run, never done?"""
+    folder = folder_with(course, checkpoint, tmp_path, set())
+    everything = english(folder, []).next_step
+    assert everything is None or everything["optional"]
+    tool = folder / "pi_course" / "tool.py"
+    tool.write_text(tool.read_text(encoding="utf-8") + "\n# an edit\n", encoding="utf-8")
+    result = english(folder, ["-m", "lab6_3"])
+    assert result.next_step is not None
+    assert (result.next_step["lab"], result.next_step["status"]) == ("6.1", "not run")

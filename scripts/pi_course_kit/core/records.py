@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import hashlib
 import json
 import re
 import unicodedata
@@ -243,27 +244,46 @@ def summarise(
 # -- the next step ------------------------------------------------------------------------------
 
 
-def read_progress(root: Path) -> dict[str, str]:
-    """Lab id -> status as recorded by earlier runs in this practice folder ({} elsewhere)."""
+def package_fingerprint(root: Path, package: str) -> str:
+    """A digest of the learner's package files: a recorded status holds only while they are unchanged."""
+    digest = hashlib.sha256()
+    folder = root / package
+    for path in sorted(folder.rglob("*.py")) if folder.is_dir() else []:
+        with contextlib.suppress(OSError):
+            digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def read_progress(root: Path, package: str | None = None) -> dict[str, str]:
+    """Lab id -> status as recorded by earlier runs in this practice folder ({} elsewhere).
+
+    With `package`, only a record made on the same package files counts: after an edit, a lab the run
+    did not select is unknown again, not done (nor failing) on the strength of an older version.
+    """
     try:
         data = json.loads((root / PROGRESS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    labs = data.get("labs") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return {}
+    if package is not None and data.get("fingerprint") != package_fingerprint(root, package):
+        return {}
+    labs = data.get("labs")
     return {str(k): str(v) for k, v in labs.items()} if isinstance(labs, dict) else {}
 
 
-def write_progress(root: Path, rows: list[LabSummary]) -> None:
+def write_progress(root: Path, rows: list[LabSummary], package: str) -> None:
     """Record the labs this run checked in full; only inside a practice folder, never failing the run."""
     if not (root / ".pi-course" / "meta.json").is_file():
         return
-    labs = read_progress(root)
+    labs = read_progress(root, package)
     for row in rows:
         if row.total and row.collected == row.total:
             labs[row.id] = row.status
+    record = {"labs": labs, "fingerprint": package_fingerprint(root, package)}
     with contextlib.suppress(OSError):  # a read-only folder can still be checked
         (root / PROGRESS_FILE).write_text(
-            json.dumps({"labs": labs}, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
+            json.dumps(record, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
         )
 
 
@@ -297,23 +317,27 @@ def next_step(
     recorded = recorded or {}
     # A lab this run found blocking another is unfinished, whatever an earlier run recorded.
     blocking = {row.blocked_by: row for row in rows if row.status == BLOCKED and row.blocked_by}
-    pending: list[tuple[LabInfo, LabSummary | None]] = []
+    # (lab, this run's row or None, whether the lab is known to be unfinished rather than unchecked)
+    pending: list[tuple[LabInfo, LabSummary | None, bool]] = []
     for lab in order:
         row = by_id.get(lab.id)
         if row is not None and row.total:
             if row.status != DONE:
-                pending.append((lab, row))
+                pending.append((lab, row, True))
         elif lab.id in blocking:
-            pending.append((lab, blocking[lab.id]))
+            pending.append((lab, blocking[lab.id], True))
         elif recorded.get(lab.id) != DONE:
-            pending.append((lab, None))
-    required = [(lab, row) for lab, row in pending if not lab.optional]
+            pending.append((lab, None, lab.id in recorded))
+    required = [item for item in pending if not item[0].optional]
     if not required:
-        optional = [(lab, row) for lab, row in pending if lab.optional]
+        optional = [item for item in pending if item[0].optional]
         if not optional:
             return None
         required = optional[:1]
-    lab, row = required[0]
+    # The earliest lab known to be unfinished comes first; a lab nobody checked since the last edit
+    # is next only when nothing known is left (so a red in this run is never hidden behind it).
+    known = [item for item in required if item[2]]
+    lab, row, _known = (known or required)[0]
     if row is not None and row.status == BLOCKED and row.blocked_by:
         if row.blocked_by in by_id and by_id[row.blocked_by].total:
             row = by_id[row.blocked_by]

@@ -451,11 +451,11 @@ class ReportPlugin:
             )
             return
         rows = [row for row in summarise(self.labs, self.records, self.collected) if row.total]
-        recorded = read_progress(self.root)
+        recorded = read_progress(self.root, PACKAGE)
         entries = {lab.id: entry for lab in self.labs if (entry := lab_entry(self.root, PACKAGE, lab))}
         step = next_step(rows, self.labs, recorded, entries)
         stopped = any(row.collected > row.total for row in rows)
         for line in render(rows, step, stopped):
             write(line)
-        write_progress(self.root, rows)
+        write_progress(self.root, rows, PACKAGE)
         self._emit_line(summary_line(rows, step, len(self.collect_errors), stopped))

@@ -40,7 +40,7 @@ def choose_lab(folder: PracticeFolder, checkpoint: Checkpoint, wanted: str | Non
         owner = records.lab_of_line(folder.root / broken[0], broken[1])
         if owner in known:
             return known[owner]
-    done = records.read_progress(folder.root)
+    done = records.read_progress(folder.root, manifest.load(folder.course_path).package)
     required = [lab for lab in checkpoint.labs if not lab.optional]
     unfinished = [lab for lab in required if done.get(lab.id) != records.DONE]
     last = folder.meta.get("last_next_lab")
