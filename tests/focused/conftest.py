@@ -6,7 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from pi_course_report import ReportPlugin, StubFailures
+from pi_course_report import ReportPlugin, StubFailures, pytest_addoption
+
+__all__ = ["pytest_addoption"]  # the report's pytest.ini key (the learner's package)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -53,9 +53,10 @@ def test_focused_tests_use_exactly_the_manifest_markers(course: Course, checkpoi
     assert used == {lab.marker for lab in checkpoint.labs}
 
 
-def test_generated_pytest_ini_registers_each_lab_marker(checkpoint: Checkpoint) -> None:
+def test_generated_pytest_ini_registers_each_lab_marker(course: Course, checkpoint: Checkpoint) -> None:
     """Does the staged pytest.ini register every lab marker, strictly, with its own tree first on the path?"""
-    ini = pytest_ini(checkpoint)
+    ini = pytest_ini(course, checkpoint)
+    assert f"pi_course_package = {course.package}\n" in ini
     assert "pythonpath = ." in ini and "--strict-markers" in ini
     for lab in checkpoint.labs:
         assert f"    {marker_line(lab)}\n" in ini

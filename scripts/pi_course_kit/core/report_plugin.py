@@ -38,7 +38,14 @@ from pi_course_records import (
     write_progress,
 )
 
+#: The learner's package; staging writes course.toml's `package` into pytest.ini, read at configure.
 PACKAGE = "pi_course"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Declare the pytest.ini key naming the learner's package (conftest.py re-exports this hook)."""
+    parser.addini("pi_course_package", "the learner's package, from course.toml", default=PACKAGE)
+
 
 JSON_ENV = "PI_COURSE_REPORT_JSON"
 
@@ -124,7 +131,7 @@ def learner_location(excinfo: pytest.ExceptionInfo[BaseException], root: Path) -
     """The deepest traceback line inside the learner's pi_course, as `path:line`."""
     for entry in reversed(excinfo.traceback):
         path = Path(str(entry.path))
-        if "pi_course" in path.parts:
+        if PACKAGE in path.parts:
             try:
                 shown = path.relative_to(root)
             except ValueError:
@@ -180,6 +187,8 @@ class ReportPlugin:
     """Collects one TestRecord per focused test and prints the per-lab table at the end."""
 
     def __init__(self, config: pytest.Config) -> None:
+        global PACKAGE  # one run, one learner package: the module's helpers read it too
+        PACKAGE = str(config.getini("pi_course_package") or PACKAGE)
         self.config = config
         self.root = Path(str(config.rootpath))
         self.labs = [lab for line in config.getini("markers") if (lab := parse_marker_line(str(line)))]

@@ -404,7 +404,7 @@ def edited_tests(course: Course, checkpoint: Checkpoint, folder: Path) -> list[s
             edited.append(f"{shown} (missing)")
         elif mine != expected:
             edited.append(f"{shown} (changed)")
-    wanted = pytest_ini(checkpoint).encode("utf-8")
+    wanted = pytest_ini(course, checkpoint).encode("utf-8")
     try:
         ini = copying.read_file(folder, "pytest.ini", len(wanted))
     except copying.Refused:
