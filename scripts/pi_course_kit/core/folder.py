@@ -5,16 +5,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.files import write_json_atomically
 
 META_DIR = ".pi-course"
 META_FILE = "meta.json"
+#: Where a practice folder keeps its metadata, relative to its root.
+META_PATH = Path(META_DIR) / META_FILE
 STARTER_DIR = "starter"
 BACKUP_DIR = "backups"
 META_FORMAT = 1
@@ -98,29 +100,6 @@ class PracticeFolder:
         deleted = [name for name in shipped if not (self.root / name).is_file()]
         added = [name for name in now if name not in shipped]
         return {"modified": modified, "deleted": sorted(deleted), "added": added}
-
-
-def current_umask() -> int:
-    """The process umask (reading it means setting it; put it straight back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON to a temporary file next to `path`, then rename it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~current_umask()
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(data, stream, ensure_ascii=False, indent=2)
-            stream.write("\n")
-        os.chmod(tmp, mode)  # mkstemp makes 0600; the learner's files should look like any other
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def find_root(start: Path | None = None) -> Path:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course, Lab
 
 TESTS_DIR = "tests"
@@ -100,24 +98,3 @@ def staged(course: Course, checkpoint: Checkpoint, source_tree: Path) -> Iterato
     """Stage a tree in a temporary folder for the length of a `with` block."""
     with tempfile.TemporaryDirectory(prefix=f"pi-course-{checkpoint.id}-") as tmp:
         yield stage_tree(course, checkpoint, source_tree, Path(tmp) / "tree")
-
-
-def write_atomically(dest: Path, fill: Callable[[Path], None]) -> Path:
-    """Build a folder next to `dest` and rename it into place, so a failure leaves nothing behind."""
-    dest = dest.absolute()
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise KitError(
-            f"cannot create {dest}: a file stands in its path; choose a folder elsewhere"
-        ) from None
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
-    try:
-        fill(tmp)
-        if dest.exists():
-            dest.rmdir()  # only ever an empty folder: callers refuse non-empty ones first
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return dest

@@ -7,15 +7,14 @@ classroom: the GitHub Classroom workflow, written into a learner's practice repo
 from __future__ import annotations
 
 import argparse
-import os
 import stat
-import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pi_course_kit
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.files import replace_file
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.grade import classroom
 from pi_course_kit.instructor.options import add_manifest_option, load_course
@@ -124,9 +123,8 @@ def _add_text(archive: zipfile.ZipFile, name: str, text: str | bytes, executable
 def write_gradescope(course: Course, checkpoint: Checkpoint, output: Path) -> int:
     """Write the autograder zip atomically; return how many files it holds."""
     files = bundle_files(course, checkpoint)
-    handle, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
-    os.close(handle)
-    try:
+
+    def write(tmp: Path) -> None:
         with zipfile.ZipFile(tmp, "w") as archive:
             _add_text(archive, "setup.sh", SETUP, executable=True)
             _add_text(
@@ -135,10 +133,8 @@ def write_gradescope(course: Course, checkpoint: Checkpoint, output: Path) -> in
             _add_text(archive, "requirements.txt", "\n".join(REQUIREMENTS) + "\n")
             for name, path in files.items():
                 _add_text(archive, name, path.read_bytes())
-        os.replace(tmp, output)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    replace_file(output, write)
     return len(files) + 3
 
 

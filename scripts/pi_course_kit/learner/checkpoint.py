@@ -9,9 +9,10 @@ from pathlib import Path
 
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.files import write_folder_atomically
 from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.core.staging import stage_tree, write_atomically
+from pi_course_kit.core.staging import stage_tree
 from pi_course_kit.learner import practice
 
 DEFAULT_BASE = ".checkpoints"
@@ -101,14 +102,14 @@ def materialise(course: Course, cp: Checkpoint, dest: Path, replace: bool) -> Pa
             )
         # The labs/ and solutions/ refusals hold for a replacement too.
         practice.check_destination(course, dest.parent / f"{dest.name}.new-check")
-        fresh = write_atomically(dest.parent / f".{dest.name}.new", lambda tmp: fill(course, cp, tmp))
+        fresh = write_folder_atomically(dest.parent / f".{dest.name}.new", lambda tmp: fill(course, cp, tmp))
         old = dest.parent / f".{dest.name}.old"
         os.replace(dest, old)
         os.replace(fresh, dest)
         shutil.rmtree(old, ignore_errors=True)
         return dest
     dest = practice.check_destination(course, dest)
-    return write_atomically(dest, lambda tmp: fill(course, cp, tmp))
+    return write_folder_atomically(dest, lambda tmp: fill(course, cp, tmp))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,11 +11,12 @@ import shutil
 from pathlib import Path
 
 from pi_course_kit.core.errors import KitError
-from pi_course_kit.core.folder import META_DIR, META_FILE, open_folder, write_json_atomically
+from pi_course_kit.core.files import write_folder_atomically, write_json_atomically
+from pi_course_kit.core.folder import META_DIR, META_FILE, open_folder
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.records import DONE
 from pi_course_kit.core.runner import run_tests
-from pi_course_kit.core.staging import staged, write_atomically
+from pi_course_kit.core.staging import staged
 from pi_course_kit.learner.practice import check_destination, fill, meta_record
 
 
@@ -79,4 +80,4 @@ def create_from(course: Course, checkpoint: Checkpoint, source: Path, dest: Path
         }
         write_json_atomically(root / META_DIR / META_FILE, meta)
 
-    return write_atomically(dest, fill_from)
+    return write_folder_atomically(dest, fill_from)

@@ -16,22 +16,21 @@ from pathlib import Path
 from pi_course_kit import __version__
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.files import current_umask, write_folder_atomically, write_json_atomically
 from pi_course_kit.core.folder import (
     COURSE_SNAPSHOT,
     META_DIR,
     META_FILE,
     META_FORMAT,
     STARTER_DIR,
-    current_umask,
     hash_files,
     tracked_files,
-    write_json_atomically,
 )
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.regions import Stub, find_stubs, functions
-from pi_course_kit.core.staging import stage_tree, write_atomically
+from pi_course_kit.core.staging import stage_tree
 from pi_course_kit.notebook.learner_copy import write_learner_copy
 
 GUIDE = "LAB-GUIDE.md"
@@ -284,7 +283,7 @@ def fill(course: Course, checkpoint: Checkpoint, root: Path) -> None:
 def create(course: Course, checkpoint: Checkpoint, dest: Path) -> Path:
     """Make a practice folder at `dest` atomically, after refusing unsafe destinations."""
     dest = check_destination(course, dest)
-    return write_atomically(dest, lambda tmp: fill(course, checkpoint, tmp))
+    return write_folder_atomically(dest, lambda tmp: fill(course, checkpoint, tmp))
 
 
 def next_steps(course: Course, checkpoint: Checkpoint, dest: Path, kit_installed: bool) -> list[str]:

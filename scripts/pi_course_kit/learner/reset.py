@@ -6,13 +6,12 @@ import argparse
 import ast
 import datetime
 import io
-import os
-import tempfile
 import tokenize
 from pathlib import Path
 
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.files import write_text_atomically
 from pi_course_kit.core.folder import BACKUP_DIR, META_DIR, PracticeFolder, open_folder
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.regions import find_stubs, functions
@@ -162,20 +161,6 @@ def backup(folder: PracticeFolder, files: list[str], label: str) -> Path:
             (target / relative).write_bytes(source.read_bytes())
     target.mkdir(parents=True, exist_ok=True)
     return target
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Replace a file's content in one rename, keeping its permission bits."""
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
-            stream.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def starter_text(folder: PracticeFolder, relative: str, starter_tree: Path) -> str:

@@ -7,9 +7,10 @@ they would show the reference answers and a finished lab before the learner has 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pi_course_kit.core.files import replace_file, write_text_atomically
 
 if TYPE_CHECKING:
     from nbformat import NotebookNode
@@ -41,16 +42,14 @@ def _strip_json(data: dict[str, Any]) -> dict[str, Any]:
 
 def write_learner_copy(source: Path, target: Path) -> None:
     """Write the learner's copy of the notebook `source` to `target` (through a temporary file)."""
-    tmp = target.with_name(f".{target.name}.tmp")
     try:
         import nbformat
     except ImportError:
         # `scripts/practice` runs on the standard library alone, before the kit is installed; a notebook
         # is JSON, so its outputs can be dropped without nbformat there.
         data = _strip_json(json.loads(source.read_text(encoding="utf-8")))
-        tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    else:
-        nb: NotebookNode = nbformat.read(source, as_version=4)  # type: ignore[no-untyped-call]
-        strip(nb)
-        nbformat.write(nb, tmp)  # type: ignore[no-untyped-call]
-    os.replace(tmp, target)
+        write_text_atomically(target, json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+        return
+    nb: NotebookNode = nbformat.read(source, as_version=4)  # type: ignore[no-untyped-call]
+    strip(nb)
+    replace_file(target, lambda tmp: nbformat.write(nb, tmp))  # type: ignore[no-untyped-call]

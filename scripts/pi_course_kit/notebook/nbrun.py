@@ -23,6 +23,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.files import replace_file
 from pi_course_kit.notebook.helpers import TREE_ENV
 
 KERNEL_NAME = "python3"
@@ -54,9 +55,7 @@ def load(path: Path) -> NotebookNode:
 
 def save(nb: NotebookNode, path: Path) -> None:
     """Write a notebook next to `path` and rename it into place, so a failed write loses nothing."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    nbformat.write(nb, tmp)  # type: ignore[no-untyped-call]
-    os.replace(tmp, path)
+    replace_file(path, lambda tmp: nbformat.write(nb, tmp))  # type: ignore[no-untyped-call]
 
 
 def validation_errors(nb: NotebookNode) -> list[str]:

@@ -13,11 +13,12 @@ from pathlib import Path
 
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.folder import META_PATH
 from pi_course_kit.notebook import lab_errors
 
 TREE_ENV = "PI_COURSE_TREE"
 PACKAGE = "pi_course"
-META = Path(".pi-course") / "meta.json"
+META = META_PATH
 
 _current: Tree | None = None
 

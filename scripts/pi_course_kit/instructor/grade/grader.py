@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.folder import META_PATH
 from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
 from pi_course_kit.core.records import (
     BLOCKED,
@@ -37,7 +38,7 @@ from pi_course_kit.core.staging import TESTS_DIR, pytest_ini, stage_tree, test_f
 from pi_course_kit.instructor.grade import bwrap, copying, sandbox, verdict
 from pi_course_kit.instructor.promises import run_tree
 
-META = Path(".pi-course") / "meta.json"
+META = META_PATH
 REPORT = ".pi-course-report.jsonl"
 MAX_REPORT_BYTES = 8 * 1024 * 1024
 MAX_META_BYTES = 64 * 1024

@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from pi_course_kit.core.files import write_text_atomically
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.mutate import MutationError, run_mutation
 
@@ -65,7 +66,6 @@ def load_or_compute(course: Course, checkpoint: Checkpoint, cache: Path | None =
         pass
     found = compute(course, checkpoint)
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(found, ensure_ascii=False, indent=1), encoding="utf-8")
-    os.replace(tmp, path)  # atomically, as shards on one machine may build it at once
+    # Atomically, as shards on one machine may build it at once.
+    write_text_atomically(path, json.dumps(found, ensure_ascii=False, indent=1))
     return found

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.folder import META_PATH
 
-META = Path(".pi-course") / "meta.json"
+META = META_PATH
 MAX_DEPTH = 4
 
 
