@@ -11,12 +11,17 @@ from test_build_labs import copy_repo
 
 
 @pytest.mark.slow
-def test_verify_passes_on_the_repository(capsys: pytest.CaptureFixture[str]) -> None:
-    """Does `pi-course verify` find no problem in the repository as committed?"""
+def test_verify_passes_on_the_repository(course: Course, capsys: pytest.CaptureFixture[str]) -> None:
+    """Does `pi-course verify` find no problem in the repository, every mutation of every checkpoint caught?"""
     code = cli.main(["verify"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "verify: all" in out and "mutation parse-after-execute caught" in out
+    assert "verify: all" in out
+    for checkpoint in course.checkpoints:
+        assert f"ok   {checkpoint.id} starter red, lab by lab" in out
+        assert f"ok   {checkpoint.id} inherited files equal the parent's solution" in out
+        for mutation in checkpoint.mutations:
+            assert f"ok   {checkpoint.id} mutation {mutation.name} caught" in out
 
 
 def test_a_hand_edited_starter_fails_verify(
