@@ -232,3 +232,43 @@ def test_a_lab_recorded_done_is_unchecked_again_once_the_package_changes(
     result = english(folder, ["-m", "lab6_3"])
     assert result.next_step is not None
     assert (result.next_step["lab"], result.next_step["status"]) == ("6.1", "not run")
+
+
+def test_the_optional_exercise_is_never_suggested_once_it_is_done(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """With every lab and the optional exercise green, is nothing left to suggest (no transfer advice)?"""
+    optional = [lab for lab in checkpoint.labs if lab.optional]
+    assert optional, "the real course has an optional exercise"
+    folder = folder_with(course, checkpoint, tmp_path, set())
+    for relative in checkpoint.solution_only:
+        (folder / relative).write_bytes((course.root / checkpoint.solution / relative).read_bytes())
+    result = english(folder, [])
+    assert all(row["status"] == "done" for row in result.labs)
+    assert result.next_step is None
+    tail = result.output.split("pi-course labs")[-1]
+    assert "optional" not in tail and "every required lab is done" in tail
+
+
+def test_table_columns_line_up_in_chinese_by_display_width(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """In the Chinese table, does every row's title start at the same terminal column as the header's?"""
+    import os
+    import unicodedata
+
+    folder = folder_with(course, checkpoint, tmp_path, {"6.3"})
+    env = {**os.environ, "PI_COURSE_LANG": "zh_CN"}
+    output = run_tests(folder, [], env=env).output.split("pi-course labs")[-1]
+    rows = [
+        line for line in output.splitlines()[1:] if line[:1].isdigit() or line.startswith(("lab", "transfer"))
+    ]
+    header = next(line for line in output.splitlines() if "标题" in line)
+
+    def column(line: str, text: str) -> int:
+        before = line[: line.index(text)]
+        return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in before)
+
+    titles = {lab.id: lab.title for lab in checkpoint.labs}
+    starts = {column(row, titles[row.split()[0]]) for row in rows if row.split()[0] in titles}
+    assert len(rows) >= 3 and starts == {column(header, "标题")}
