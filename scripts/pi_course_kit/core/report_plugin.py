@@ -40,11 +40,19 @@ from pi_course_records import (
 
 #: The learner's package; staging writes course.toml's `package` into pytest.ini, read at configure.
 PACKAGE = "pi_course"
+#: Grading passes a larger import bound (`-o pi_course_import_timeout=N`): a busy machine must not
+#: turn a slow import into a failed one. Practice folders keep the per-test timeout.
+IMPORT_TIMEOUT_INI = "pi_course_import_timeout"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Declare the pytest.ini key naming the learner's package (conftest.py re-exports this hook)."""
     parser.addini("pi_course_package", "the learner's package, from course.toml", default=PACKAGE)
+    parser.addini(
+        IMPORT_TIMEOUT_INI,
+        "seconds importing the tests (and the learner's code) may take; default: the per-test timeout",
+        default="",
+    )
 
 
 JSON_ENV = "PI_COURSE_REPORT_JSON"
@@ -213,10 +221,18 @@ class ReportPlugin:
                 continue
         return 0.0
 
+    def _import_limit(self) -> float:
+        """The bound on importing the tests: pytest.ini's pi_course_import_timeout, else the per-test one."""
+        try:
+            value = float(self.config.getini(IMPORT_TIMEOUT_INI) or 0)
+        except (TypeError, ValueError):
+            value = 0.0
+        return value if value > 0 else self._limit()
+
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> Any:
         """Bound the import of the learner's code: a loop at import time ends with its file and line."""
-        limit = self._limit()
+        limit = self._import_limit()
         usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
         if not limit or not usable:
             return (yield)

@@ -49,6 +49,13 @@ COMPLETE, PARTIAL, NOT_STARTED = "complete", "partial", "not started"
 ERROR, TIMEOUT, CRASHED, SKIPPED, SANDBOX_ERROR = "error", "timeout", "crashed", "skipped", "sandbox-error"
 UNGRADABLE, TAMPERING = "ungradable", "tampering"
 TAMPERING_FLAG = "tampering: a control test that no honest code can pass was reported as passed; scored 0"
+RERUN_FLAG = (
+    "re-run once: the first run ended without its report (exit code {code}); graded by the second run"
+)
+#: Importing the tests and the learner's code may take this share of the wall time when grading (the
+#: practice folder's bound is the per-test timeout): on a busy machine an honest import can take longer.
+IMPORT_SHARE = 0.5
+IMPORT_TIMEOUT_INI = "pi_course_import_timeout"  # the report plugin's ini key (core/report_plugin.py)
 # C0/C1 controls (ESC sequences, newlines that would forge a row) and bidirectional overrides.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
@@ -94,6 +101,19 @@ class LearnerRecord:
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON data."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """One scored run of a folder, and how its process ended."""
+
+    record: LearnerRecord
+    returncode: int
+
+    @property
+    def status(self) -> str:
+        """The run's status (complete, crashed, ...)."""
+        return self.record.status
 
 
 @dataclass(frozen=True)
@@ -281,28 +301,62 @@ class Grader:
                 return record
             if record.tests_edited:
                 record.flags.append("tests edited (ignored: graded with the kit's own tests)")
-            tree = stage_tree(self.course, checkpoint, source, work_root / "tree")
-            rng = random.Random(secrets.randbits(128))
-            disguises = _disguise_tests(self.course, checkpoint, tree, rng)
-            out = work_root / "out"
-            out.mkdir()
-            run = self._run(tree, out, uid, str(rng.getrandbits(64)))
-            record.sandbox = run.level
             if self.unsafe:
                 record.flags.append(
                     "graded with --unsafe: no sandbox, learner code ran with the grader's rights"
                 )
-            tests, summary, collect_errors = _read_report(out / "report.jsonl")
-            verdicts = verdict.read_verdicts(tests, disguises, reference.labs_of)
-            _score(record, reference, run, verdicts, summary, collect_errors)
+            scored = self._run_and_score(record, reference, source, work_root / "first", uid)
+            if scored.status == CRASHED:
+                # A run can lose its report to the machine (an overloaded host, a killed process), and
+                # a learner must not get 0 for that: one re-run, from a fresh copy with a fresh seed,
+                # disguise and controls, graded exactly like the first, so it can never score more
+                # than one honest run; the record says so. A submission that crashes on purpose just
+                # crashes twice (one extra run per folder, within the same limits).
+                code = scored.returncode
+                record = self._run_and_score(record, reference, source, work_root / "second", uid).record
+                record.flags.append(RERUN_FLAG.format(code=code))
+            else:
+                record = scored.record
         finally:
             shutil.rmtree(work_root, ignore_errors=True)
             record.seconds = round(time.perf_counter() - started, 2)
         return record
 
+    def _run_and_score(
+        self, base: LearnerRecord, reference: Reference, source: Path, work: Path, uid: int | None
+    ) -> _Scored:
+        """Stage `source` in `work`, run it once with fresh disguises and score a copy of `base`."""
+        checkpoint = reference.checkpoint
+        record = replace(base, labs=[], flags=list(base.flags), tests=[])
+        work.mkdir()
+        tree = stage_tree(self.course, checkpoint, source, work / "tree")
+        rng = random.Random(secrets.randbits(128))
+        disguises = _disguise_tests(self.course, checkpoint, tree, rng)
+        out = work / "out"
+        out.mkdir()
+        run = self._run(tree, out, uid, str(rng.getrandbits(64)))
+        record.sandbox = run.level
+        tests, summary_record, collect_errors = _read_report(out / "report.jsonl")
+        verdicts = verdict.read_verdicts(tests, disguises, reference.labs_of)
+        _score(record, reference, run, verdicts, summary_record, collect_errors)
+        return _Scored(record, run.returncode)
+
     def _run(self, tree: Path, out: Path, uid: int | None, order_seed: str) -> sandbox.Sandboxed:
         """Run the disguised focused tests in `tree`: in bubblewrap, or with limits only when unsafe."""
-        args = [*pytest_command(["--tb=no", "-p", verdict.ORDER_PLUGIN, "--pi-course-order", order_seed])[1:]]
+        import_seconds = max(1, int(self.limits.wall_seconds * IMPORT_SHARE))
+        args = [
+            *pytest_command(
+                [
+                    "--tb=no",
+                    "-p",
+                    verdict.ORDER_PLUGIN,
+                    "--pi-course-order",
+                    order_seed,
+                    "-o",
+                    f"{IMPORT_TIMEOUT_INI}={import_seconds}",
+                ]
+            )[1:]
+        ]
         if self.unsafe:
             env = sandbox.minimal_env(
                 tree, {JSON_ENV: str(out / "report.jsonl"), "PYTHONPATH": str(self.kit_dir)}
