@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from pi_course_kit import cli
+from pi_course_kit.core import staging
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.staging import pytest_ini
 from pi_course_kit.instructor.grade import grader as grading
@@ -129,3 +130,30 @@ def test_a_complete_first_run_is_not_rerun(
     assert len(runs) == 1
     assert record.status == grading.COMPLETE
     assert not any(flag.startswith("re-run once") for flag in record.flags)
+
+
+def test_a_kit_file_edited_on_disk_during_a_batch_never_reaches_a_learner(
+    grader: grading.Grader,
+    course: Course,
+    checkpoint: Checkpoint,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Is every learner graded with the report files the solution was checked with, even if the disk copy changes mid-batch?"""
+    grader.reference(checkpoint)
+    folder = finished_folder(course, checkpoint, tmp_path / "finished")
+    real_stage = staging.stage_tree
+
+    def half_edited(course: Course, checkpoint: Checkpoint, source: Path, dest: Path) -> Path:
+        # What staging copies while a maintainer is half-way through an edit of the records module:
+        # the report's summary then breaks, and the run ends without its report.
+        tree = real_stage(course, checkpoint, source, dest)
+        records = tree / "tests/pi_course_records.py"
+        broken = "\n\ndef lab_entry(*args: object) -> None:\n    raise TypeError('half-saved edit')\n"
+        records.write_text(records.read_text(encoding="utf-8") + broken, encoding="utf-8")
+        return tree
+
+    monkeypatch.setattr(grading, "stage_tree", half_edited)
+    record = grader.grade_one(folder)
+    assert record.status == grading.COMPLETE and record.passed == record.total > 0
+    assert record.flags == []

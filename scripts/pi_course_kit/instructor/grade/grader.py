@@ -129,6 +129,9 @@ class Reference:
 
     checkpoint: Checkpoint
     labs_of: dict[str, str]
+    #: The tests/ files (name -> bytes) the solution was checked with; every learner's tree gets these,
+    #: so an edit to the kit's files during a batch never mixes versions (empty: staged from disk).
+    files: dict[str, bytes] = field(default_factory=dict)
 
     def total(self, lab_id: str) -> int:
         """How many pristine tests the lab has."""
@@ -205,7 +208,8 @@ class Grader:
                     f"({len(failing)} failing); run `pi-course verify` and fix it before grading"
                 )
             labs_of = {t["nodeid"]: t["lab"] for t in result.tests}
-            reference = Reference(checkpoint, labs_of)
+            files = {name: path.read_bytes() for name, path in test_files(self.course, checkpoint).items()}
+            reference = Reference(checkpoint, labs_of, files)
             self._check_disguise(reference)
             self.references[checkpoint.id] = reference
         return self.references[checkpoint.id]
@@ -218,9 +222,7 @@ class Grader:
         checkpoint = reference.checkpoint
         work_root = self._scratch_dir()
         try:
-            tree = stage_tree(
-                self.course, checkpoint, self.course.root / checkpoint.solution, work_root / "tree"
-            )
+            tree = _stage(self.course, reference, self.course.root / checkpoint.solution, work_root / "tree")
             rng = random.Random(secrets.randbits(128))
             disguises = _disguise_tests(self.course, checkpoint, tree, rng)
             out = work_root / "out"
@@ -329,7 +331,7 @@ class Grader:
         checkpoint = reference.checkpoint
         record = replace(base, labs=[], flags=list(base.flags), tests=[])
         work.mkdir()
-        tree = stage_tree(self.course, checkpoint, source, work / "tree")
+        tree = _stage(self.course, reference, source, work / "tree")
         rng = random.Random(secrets.randbits(128))
         disguises = _disguise_tests(self.course, checkpoint, tree, rng)
         out = work / "out"
@@ -416,6 +418,14 @@ class Grader:
             return None
         record.flags.append(f"bare {self.course.package}/ submission (graded as --checkpoint)")
         return self.course.checkpoint(str(self.checkpoint_override))
+
+
+def _stage(course: Course, reference: Reference, source: Path, dest: Path) -> Path:
+    """Stage a tree with the reference's own copies of the kit's test files (the report, its records)."""
+    tree = stage_tree(course, reference.checkpoint, source, dest)
+    for name, data in reference.files.items():
+        (tree / TESTS_DIR / name).write_bytes(data)
+    return tree
 
 
 def _disguise_tests(
