@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, ClassVar
 
 from pi_course_kit.notebook.views import PRE, json_html
 
@@ -92,22 +92,34 @@ def schema_problems(schema: object) -> list[str]:
 
 
 @dataclass
-class ProviderTools:
-    """The definitions as each provider receives them, with the meta-schema verdict per tool."""
+class ProviderPair:
+    """The same content as OpenAI and Anthropic receive it, side by side, with one verdict per key.
+
+    Shared by the tool definitions (06) and the transcript on the wire (07): they differ only in the
+    titles, the words of a passing verdict, and whether the verdicts lead.
+    """
 
     openai: list[dict[str, Any]]
     anthropic: list[dict[str, Any]]
     problems: dict[str, list[str]]
 
+    #: What a passing verdict says after its name.
+    PASSED: ClassVar[str] = ""
+    #: The two titles in plain text, then in HTML.
+    TEXT_TITLES: ClassVar[tuple[str, str]] = ("OpenAI", "Anthropic")
+    HTML_TITLES: ClassVar[tuple[str, str]] = ("OpenAI", "Anthropic")
+    #: True: the verdicts come first, in bold (they are the point of the view).
+    VERDICTS_FIRST: ClassVar[bool] = False
+
     @property
     def valid(self) -> bool:
-        """True when every schema passed the checks."""
+        """True when every key passed its checks."""
         return not any(self.problems.values())
 
     def verdicts(self) -> list[str]:
-        """One line per tool: `✓ echo` or `✗ echo: problem; problem`."""
+        """One line per key: `✓ name：…` or `✗ name：problem；problem`."""
         return [
-            f"✓ {name}：符合 JSON Schema 2020-12" if not found else f"✗ {name}：" + "；".join(found)
+            f"✓ {name}：{self.PASSED}" if not found else f"✗ {name}：" + "；".join(found)
             for name, found in self.problems.items()
         ]
 
@@ -115,9 +127,9 @@ class ProviderTools:
         dump = json.dumps
         return "\n".join(
             [
-                "OpenAI (chat.completions tools):",
+                self.TEXT_TITLES[0],
                 dump(self.openai, ensure_ascii=False, indent=2),
-                "Anthropic (messages tools):",
+                self.TEXT_TITLES[1],
                 dump(self.anthropic, ensure_ascii=False, indent=2),
                 *self.verdicts(),
             ]
@@ -127,27 +139,38 @@ class ProviderTools:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        def column(title: str, tools: list[dict[str, Any]]) -> str:
-            # One line per tool; the pretty JSON stays collapsed so the two formats fit side by side.
+        def column(title: str, entries: list[dict[str, Any]]) -> str:
+            # One line per entry, so both formats fit side by side; the pretty JSON stays collapsed.
             lines = "".join(
                 f'<div style="{PRE};border-left:3px solid #d0d7de;padding-left:6px">'
-                f"{html.escape(json.dumps(tool, ensure_ascii=False))}</div>"
-                for tool in tools
+                f"{html.escape(json.dumps(entry, ensure_ascii=False))}</div>"
+                for entry in entries
             )
             return (
                 f"<div style='min-width:0'><b>{title}</b>{lines}"
-                f"{json_html(tools, f'{title}（完整 JSON）', open_lines=0)}</div>"
+                f"{json_html(entries, f'{title}（完整 JSON）', open_lines=0)}</div>"
             )
 
-        lines = "".join(
-            f"<div style='color:{'#1a7f37' if line.startswith('✓') else '#cf222e'}'>{html.escape(line)}</div>"
+        bold = ("<b>", "</b>") if self.VERDICTS_FIRST else ("", "")
+        verdicts = "".join(
+            f"<div style='color:{'#1a7f37' if line.startswith('✓') else '#cf222e'}'>"
+            f"{bold[0]}{html.escape(line)}{bold[1]}</div>"
             for line in self.verdicts()
         )
-        return (
-            "<div style='font-size:12px'><div style='display:grid;grid-template-columns:1fr 1fr;column-gap:12px'>"
-            f"{column('OpenAI · tools[]', self.openai)}{column('Anthropic · tools[]', self.anthropic)}"
-            f"</div>{lines}</div>"
+        columns = (
+            "<div style='display:grid;grid-template-columns:1fr 1fr;column-gap:12px'>"
+            f"{column(self.HTML_TITLES[0], self.openai)}{column(self.HTML_TITLES[1], self.anthropic)}</div>"
         )
+        body = verdicts + columns if self.VERDICTS_FIRST else columns + verdicts
+        return f"<div style='font-size:12px'>{body}</div>"
+
+
+class ProviderTools(ProviderPair):
+    """The definitions as each provider receives them, with the meta-schema verdict per tool."""
+
+    PASSED = "符合 JSON Schema 2020-12"
+    TEXT_TITLES = ("OpenAI (chat.completions tools):", "Anthropic (messages tools):")
+    HTML_TITLES = ("OpenAI · tools[]", "Anthropic · tools[]")
 
 
 def provider_tools(definitions: Iterable[object]) -> ProviderTools:

@@ -8,14 +8,12 @@ Messages are read by duck typing (`to_dict()`), so the kit never imports `pi_cou
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from pi_course_kit.notebook.views import PRE, json_html, plain
-from pi_course_kit.teaching.adapters import draft_2020_12
+from pi_course_kit.notebook.views import plain
+from pi_course_kit.teaching.adapters import ProviderPair, draft_2020_12
 
 _TEXT = {
     "type": "object",
@@ -250,65 +248,13 @@ def anthropic_pairing(body: Sequence[dict[str, Any]]) -> list[str]:
     return problems
 
 
-@dataclass
-class WireView:
+class WireView(ProviderPair):
     """The same transcript as both providers receive it, with the shape and pairing verdicts."""
 
-    openai: list[dict[str, Any]]
-    anthropic: list[dict[str, Any]]
-    problems: dict[str, list[str]]
-
-    @property
-    def valid(self) -> bool:
-        """True when both bodies have the right shape and every tool call is answered in place."""
-        return not any(self.problems.values())
-
-    def verdicts(self) -> list[str]:
-        """One line per provider: ✓, or ✗ with each problem."""
-        return [
-            f"✓ {name}：形状符合 JSON Schema，每个工具调用都紧接着得到回答"
-            if not found
-            else f"✗ {name}：" + "；".join(found)
-            for name, found in self.problems.items()
-        ]
-
-    def __str__(self) -> str:
-        dump = json.dumps
-        return "\n".join(
-            [
-                "OpenAI · messages",
-                dump(self.openai, ensure_ascii=False, indent=2),
-                "Anthropic · messages",
-                dump(self.anthropic, ensure_ascii=False, indent=2),
-                *self.verdicts(),
-            ]
-        )
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
-
-    def _repr_html_(self) -> str:
-        def column(title: str, body: list[dict[str, Any]]) -> str:
-            # One line per wire message, so the pairing reads at a glance; the pretty JSON stays collapsed.
-            lines = "".join(
-                f'<div style="{PRE};border-left:3px solid #d0d7de;padding-left:6px">'
-                f"{html.escape(json.dumps(entry, ensure_ascii=False))}</div>"
-                for entry in body
-            )
-            return (
-                f"<div style='min-width:0'><b>{title}</b>{lines}"
-                f"{json_html(body, f'{title}（完整 JSON）', open_lines=0)}</div>"
-            )
-
-        lines = "".join(
-            f"<div style='color:{'#1a7f37' if line.startswith('✓') else '#cf222e'}'><b>{html.escape(line)}</b></div>"
-            for line in self.verdicts()
-        )
-        return (
-            f"<div style='font-size:12px'>{lines}<div style='display:grid;grid-template-columns:1fr 1fr;"
-            f"column-gap:12px'>{column('OpenAI · messages', self.openai)}"
-            f"{column('Anthropic · messages', self.anthropic)}</div></div>"
-        )
+    PASSED = "形状符合 JSON Schema，每个工具调用都紧接着得到回答"
+    TEXT_TITLES = ("OpenAI · messages", "Anthropic · messages")
+    HTML_TITLES = TEXT_TITLES
+    VERDICTS_FIRST = True
 
 
 def wire_view(system_prompt: str, messages: Sequence[object]) -> WireView:
