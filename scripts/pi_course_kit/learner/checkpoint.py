@@ -60,6 +60,12 @@ def card(course: Course, cp: Checkpoint, dest: Path) -> list[str]:
         f"  {cp.title}",
         f"parent (starter):  {cp.starter}",
         f"target (solution): {cp.solution}",
+        f"builds on:         {cp.parent or '-'}"
+        + (
+            f"  (its target is this parent state; inherited: {', '.join(cp.inherited_files)})"
+            if cp.parent
+            else ""
+        ),
         f"teaching files:    {', '.join(cp.teaching_files)}",
         f"given files:       {', '.join(cp.given_files) or '-'}",
         f"solution only:     {', '.join(cp.solution_only) or '-'}",
