@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +122,27 @@ def test_practice_from_on_a_checkpoint_without_parent_is_refused(tmp_path: Path)
     refused = run_cli(["practice", root.id, str(tmp_path / "x"), "--from", str(tmp_path)], tmp_path)
     assert refused.returncode == 2 and "--from has nothing to carry over" in refused.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_grading_a_child_flags_a_parent_that_is_no_longer_green(
+    tmp_path: Path, course: Course, child: Checkpoint
+) -> None:
+    """When a child folder's inherited files are the parent's starter again, does its grade say so?"""
+    parent = course.parent_of(child)
+    assert parent is not None
+    folder = tmp_path / "class" / "learner"
+    assert run_cli(["practice", child.id, str(folder)], tmp_path).returncode == 0
+    for relative in child.teaching_files:
+        (folder / relative).write_bytes((course.root / child.solution / relative).read_bytes())
+    for relative in parent.teaching_files:
+        (folder / relative).write_bytes((course.root / parent.starter / relative).read_bytes())
+    out = tmp_path / "grades.jsonl"
+    done = run_cli(
+        ["grade", str(folder), "--submissions-root", str(tmp_path / "class"), "--json", str(out)],
+        tmp_path,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    (record,) = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    required = ", ".join(lab.id for lab in parent.required_labs)
+    assert f"parent labs not green: {required}" in record["flags"]

@@ -558,6 +558,19 @@ def _score(
         record.labs.append(LabScore(lab.id, lab.title, lab.optional, passed, len(nodes), status, message))
     required = [score for score in record.labs if not score.optional]
     record.passed = sum(s.passed for s in required)
+    # The parent checkpoint's labs earn nothing here, but the parent must stay green: say when it is not.
+    inherited = [lab.id for lab in checkpoint.tree_labs if lab.inherited and not lab.optional]
+    broken = [
+        lab_id
+        for lab_id in inherited
+        if any(
+            by_node.get(node, {}).get("outcome") != "passed"
+            for node, owner in reference.labs_of.items()
+            if owner == lab_id
+        )
+    ]
+    if broken and not verdicts.tampering:
+        record.flags.append(f"parent labs not green: {', '.join(broken)}")
     record.tests = _verdicts(reference, {} if verdicts.tampering else by_node)
     record.total = sum(s.total for s in required)
     # MemoryError is read from the structured verdict of a graded test, never from printed text.
