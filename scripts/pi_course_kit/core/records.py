@@ -303,7 +303,7 @@ def _failure_text(failure: TestRecord | None, lab: str, status: str) -> str:
 
 def next_step(
     rows: list[LabSummary],
-    labs: list[LabInfo] | None = None,
+    labs: list[LabInfo],
     recorded: dict[str, str] | None = None,
     entries: dict[str, tuple[str, str | None]] | None = None,
 ) -> dict[str, Any] | None:
@@ -313,13 +313,12 @@ def next_step(
     recorded state. Then the optional exercise is suggested (`optional: True`) until it is done.
     """
     by_id = {row.id: row for row in rows}
-    order = labs or [LabInfo(row.id, _marker_for(row.id, rows), row.title, row.optional) for row in rows]
     recorded = recorded or {}
     # A lab this run found blocking another is unfinished, whatever an earlier run recorded.
     blocking = {row.blocked_by: row for row in rows if row.status == BLOCKED and row.blocked_by}
     # (lab, this run's row or None, whether the lab is known to be unfinished rather than unchecked)
     pending: list[tuple[LabInfo, LabSummary | None, bool]] = []
-    for lab in order:
+    for lab in labs:
         row = by_id.get(lab.id)
         if row is not None and row.total:
             if row.status != DONE:
@@ -341,7 +340,7 @@ def next_step(
     if row is not None and row.status == BLOCKED and row.blocked_by:
         if row.blocked_by in by_id and by_id[row.blocked_by].total:
             row = by_id[row.blocked_by]
-        lab = next((info for info in order if info.id == row.blocked_by or info.id == row.id), lab)
+        lab = next((info for info in labs if info.id == row.blocked_by or info.id == row.id), lab)
     failure = row.first_failure if row is not None else None
     if row is not None and row.id != lab.id:  # the blocked lab's failure stands for its blocker's
         row = LabSummary(lab.id, lab.title, lab.optional, status=FAILING, first_failure=failure, total=1)
@@ -367,19 +366,6 @@ def next_step(
         "message": failure.message if failure else "",
         "command": f'python -m pytest -m "{lab.marker}"',
     }
-
-
-_MARKERS: dict[str, str] = {}
-
-
-def register_markers(labs: list[LabInfo]) -> None:
-    """Remember each lab's marker, for the commands that re-run one lab."""
-    for lab in labs:
-        _MARKERS[lab.id] = lab.marker
-
-
-def _marker_for(lab_id: str, rows: list[LabSummary]) -> str:
-    return _MARKERS.get(lab_id, "lab" + lab_id.replace(".", "_"))
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -520,8 +506,3 @@ def read_records(
         elif event == "summary":
             summary = record
     return tests, summary, errors
-
-
-def read_record_file(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[dict[str, Any]]]:
-    """`read_records` of a file; a missing file is an empty stream."""
-    return read_records(path.read_text(encoding="utf-8").splitlines() if path.exists() else [])

@@ -30,7 +30,6 @@ from pi_course_records import (
     next_step,
     parse_marker_line,
     read_progress,
-    register_markers,
     render,
     summarise,
     summary_line,
@@ -200,7 +199,6 @@ class ReportPlugin:
         self.config = config
         self.root = Path(str(config.rootpath))
         self.labs = [lab for line in config.getini("markers") if (lab := parse_marker_line(str(line)))]
-        register_markers(self.labs)
         self.records: list[TestRecord] = []
         self.collect_errors: list[dict[str, Any]] = []
         self.looped_labs: set[str | None] = set()
