@@ -27,37 +27,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll", action="store_true", help="poll for saves (file systems without events)")
 
 
-def required_labs(folder: PracticeFolder) -> list[dict[str, object]]:
-    """This folder's labs to do, in order (the optional exercise comes last, once the rest are done)."""
-    labs = [lab for lab in folder.meta.get("labs", []) if isinstance(lab, dict)]
-    return [lab for lab in labs if not lab.get("optional")] + [lab for lab in labs if lab.get("optional")]
+def current_lab(folder: PracticeFolder) -> tuple[dict[str, object] | None, RunResult]:
+    """One quiet run of every test, and the lab the report names next (None once every lab is done).
+
+    The report already knows the earliest unfinished lab (records.next_step); this only asks it.
+    """
+    result = run_tests(folder.root, ("--tb=no",), timeout=RUN_TIMEOUT)
+    labs = {str(lab["id"]): lab for lab in folder.meta.get("labs", []) if isinstance(lab, dict)}
+    step = result.next_step
+    if step is not None:
+        return labs.get(str(step["lab"]), {"id": step["lab"], "title": step["title"]}), result
+    if result.collect_errors or result.crashed or not result.tests:
+        # The run never got to name a lab: stay with the lab that owns the broken line, or the first.
+        owner = result.collect_errors[0].get("lab") if result.collect_errors else None
+        first = next(iter(labs.values()), None)
+        return labs.get(str(owner), first), result
+    return None, result
 
 
-def lab_result(folder: PracticeFolder, lab: dict[str, object]) -> RunResult:
-    """Run one lab's tests, quietly."""
-    return run_tests(folder.root, ("--tb=no", "-m", str(lab["marker"])), timeout=RUN_TIMEOUT)
-
-
-def lab_done(result: RunResult, lab: dict[str, object]) -> bool:
-    """Did every test of the lab pass in this run?"""
-    row = next((row for row in result.labs if row["id"] == lab["id"]), None)
-    return row is not None and row["status"] == "done" and not result.collect_errors
-
-
-def current_lab(folder: PracticeFolder) -> tuple[dict[str, object] | None, RunResult | None]:
-    """The first lab that is not green yet, with its run (None when every lab is)."""
-    for lab in required_labs(folder):
-        result = lab_result(folder, lab)
-        if not lab_done(result, lab):
-            return lab, result
-    return None, None
-
-
-def show(folder: PracticeFolder, lab: dict[str, object] | None, result: RunResult | None) -> None:
+def show(folder: PracticeFolder, lab: dict[str, object] | None, result: RunResult) -> None:
     """One screen: the current lab, its first red, where to edit, and the keys."""
     if sys.stdout.isatty():
         print("\033[2J\033[H", end="")
-    if lab is None or result is None:
+    if lab is None:
         print(_("every lab is done: well done! (q quits)"), flush=True)
         return
     row = next((row for row in result.labs if row["id"] == lab["id"]), None)
