@@ -8,7 +8,7 @@ import ast
 from pi_course_kit.core import manifest, records
 from pi_course_kit.core.folder import PracticeFolder, open_folder
 from pi_course_kit.core.i18n import _
-from pi_course_kit.core.manifest import Checkpoint, Lab
+from pi_course_kit.core.manifest import Checkpoint, Course, Lab
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +30,7 @@ def syntax_error(folder: PracticeFolder, checkpoint: Checkpoint) -> tuple[str, i
     return None
 
 
-def choose_lab(folder: PracticeFolder, checkpoint: Checkpoint, wanted: str | None) -> Lab:
+def choose_lab(folder: PracticeFolder, course: Course, checkpoint: Checkpoint, wanted: str | None) -> Lab:
     """The lab asked for; else the lab of a line that does not parse; else the earliest unfinished required lab."""
     if wanted is not None:  # `hint ""` names no lab: refuse it rather than guess one
         return checkpoint.lab(wanted)
@@ -40,7 +40,7 @@ def choose_lab(folder: PracticeFolder, checkpoint: Checkpoint, wanted: str | Non
         owner = records.lab_of_line(folder.root / broken[0], broken[1])
         if owner in known:
             return known[owner]
-    done = records.read_progress(folder.root, manifest.load(folder.course_path).package)
+    done = records.read_progress(folder.root, course.package)
     required = [lab for lab in checkpoint.labs if not lab.optional]
     unfinished = [lab for lab in required if done.get(lab.id) != records.DONE]
     last = folder.meta.get("last_next_lab")
@@ -53,14 +53,15 @@ def choose_lab(folder: PracticeFolder, checkpoint: Checkpoint, wanted: str | Non
 def run(args: argparse.Namespace) -> int:
     """Print the next unseen hint (or the last one again once all are seen) and remember it."""
     folder = open_folder()
-    checkpoint = manifest.load(folder.course_path).checkpoint(folder.checkpoint_id)
+    course = manifest.load(folder.course_path)
+    checkpoint = course.checkpoint(folder.checkpoint_id)
     if args.lab is None and (broken := syntax_error(folder, checkpoint)) is not None:
         print(
             _(
                 "{file}:{line} does not parse ({message}): fix that line first; the hint below is for its lab"
             ).format(file=broken[0], line=broken[1], message=broken[2])
         )
-    lab = choose_lab(folder, checkpoint, args.lab)
+    lab = choose_lab(folder, course, checkpoint, args.lab)
     seen: dict[str, int] = folder.meta.setdefault("hints", {})
     total = len(lab.hints)
     already = min(int(seen.get(lab.id, 0)), total)
