@@ -65,8 +65,8 @@ def losing_reports(grader: grading.Grader, monkeypatch: pytest.MonkeyPatch, lost
     real_run = grader._run
     runs: list[int] = []
 
-    def run(tree: Path, out: Path, uid: int | None, order_seed: str) -> Sandboxed:
-        result = real_run(tree, out, uid, order_seed)
+    def run(tree: Path, out: Path, slot: grading.Slot, order_seed: str) -> Sandboxed:
+        result = real_run(tree, out, slot, order_seed)
         runs.append(result.returncode)
         if len(runs) <= lost:
             # What a run killed half-way leaves: some test records, no closing summary.

@@ -1,7 +1,7 @@
 """The grading sandbox: bubblewrap with an allow-listed file system, for root and non-root alike.
 
 Inside: the base interpreter and the few installed packages the focused tests import (read-only),
-the learner's staged tree (only `pi_course/` writable), a size-limited private /tmp, no network,
+the learner's staged tree (read-only, like everything of the host), a size-limited private /tmp, no network,
 IPC, UTS or other processes (own PID namespace: every process dies with the run). As root, bwrap
 sets the namespaces up and `setpriv` then drops to an unprivileged uid of the grading slot, so
 learner code never runs as uid 0. Without root, bwrap uses an unprivileged user namespace.
@@ -27,7 +27,10 @@ from pi_course_kit.core.runner import JSON_ENV
 from pi_course_kit.instructor.grade.sandbox import Limits, Sandboxed
 
 BWRAP, UNSAFE = "bwrap", "limits (--unsafe)"
-TREE, SITE, KIT = "/grade/tree", "/grade/site", "/grade/kit"
+# SITE's name matters: Hypothesis scans every module outside a ".../site-packages/" path for constants.
+WORK, SITE, KIT = "/grade/work", "/grade/site-packages", "/grade/kit"
+TREE = f"{WORK}/tree"  # the staged copy, always at this path, so one compiled test module fits every learner
+SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
 # What the focused tests and the report import besides the standard library and pi_course.
 PACKAGES = (
     "pytest",
@@ -96,24 +99,27 @@ def interpreter() -> tuple[Path, Path]:
     return Path(os.path.realpath(sys.executable)), Path(sys.base_prefix)
 
 
-def command(
-    tree: Path,
-    out: Path,
+def _sandbox(
+    work: Path,
     kit: Path | None,
-    args: Sequence[str],
-    limits: Limits,
     uid: int | None,
+    caps: Sequence[str],
     env: Mapping[str, str],
+    *,
+    one_run: bool,
 ) -> list[str]:
-    """The full bwrap command line that runs `python ARGS` in the staged `tree`."""
+    """The bwrap options every sandbox shares: namespaces, the allow-listed files, `work` read-only."""
     python, base = interpreter()
-    argv = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session", "--clearenv"]
+    argv = [shutil.which("bwrap") or "bwrap", "--new-session", "--clearenv"]
+    if one_run:
+        argv.append("--die-with-parent")
     if uid is None:
         argv += ["--unshare-all", "--unshare-user", "--disable-userns"]
     else:
-        # As root: no user namespace (its only mapped uid would be 0); setpriv drops to `uid` below.
+        # As root: no user namespace (its only mapped uid would be 0); learner code runs as `uid`.
         argv += ["--unshare-net", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
-        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        for cap in caps:
+            argv += ["--cap-add", cap]
     for system in SYSTEM:
         if os.path.exists(system):
             argv += ["--ro-bind", system, system]
@@ -131,12 +137,13 @@ def command(
         argv += ["--perms", "0755", "--dir", folder]
     for path in site_paths():
         argv += ["--ro-bind", str(path), f"{SITE}/{path.name}"]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
     # /dev/shm and /tmp: small private tmpfs; /dev itself read-only so nothing else there takes memory.
     argv += ["--size", str(4096), "--tmpfs", "/dev/shm", "--remount-ro", "/dev/shm", "--remount-ro", "/dev"]
     argv += ["--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp"]
-    # Nothing of the host's disk is writable: the copy is read-only, the record goes to an inherited fd.
-    argv += ["--ro-bind", str(tree), TREE, "--chdir", TREE]
+    # Nothing of the host's disk is writable: the slot's folder (the staged copy) is read-only, and the
+    # record goes to an inherited descriptor.
+    argv += ["--ro-bind", str(work), WORK, "--chdir", WORK]
     if kit is not None:
         argv += ["--ro-bind", str(kit), KIT]
     # bwrap's own root tmpfs (and /grade on it) belong to the sandbox uid in a user namespace: read-only.
@@ -149,6 +156,21 @@ def command(
         "PATH": "/usr/bin:/bin",
     }.items():
         argv += ["--setenv", key, value]
+    return argv
+
+
+def command(
+    work: Path,
+    kit: Path | None,
+    args: Sequence[str],
+    limits: Limits,
+    uid: int | None,
+    env: Mapping[str, str],
+) -> list[str]:
+    """The bwrap command line of one fresh sandbox that runs `python ARGS` in `work`/tree."""
+    python, _ = interpreter()
+    argv = _sandbox(work, kit, uid, ("CAP_SETUID", "CAP_SETGID"), env, one_run=True)
+    argv += ["--chdir", TREE]
     if uid is not None:
         argv += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         argv += ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
@@ -166,6 +188,22 @@ def command(
         "-P",
         *args,
     ]
+    return argv
+
+
+def server_command(
+    work: Path, kit: Path, uid: int | None, env: Mapping[str, str], control_fd: int
+) -> list[str]:
+    """The bwrap command line of a slot's long-lived sandbox, with the fork server as its PID 1.
+
+    As root the server keeps only what it needs to drop each run to `uid`, and to end and clean up
+    after it (kill, remove its files in /tmp); without root it has no capabilities at all.
+    """
+    python, _ = interpreter()
+    argv = _sandbox(work, kit, uid, SERVER_CAPS, env, one_run=False)
+    # No --die-with-parent: a grading thread that ends must not take the slot with it. The server
+    # exits when the grader's end of its socket closes, which happens when the grader dies too.
+    argv += ["--as-pid-1", str(python), "-s", "-P", f"{KIT}/forkserver.py", str(control_fd)]
     return argv
 
 
@@ -212,7 +250,7 @@ def read_tail(log: Path, limit: int = 200_000) -> str:
 
 
 def sandboxed(
-    tree: Path,
+    work: Path,
     out: Path,
     kit: Path | None,
     args: Sequence[str],
@@ -220,7 +258,7 @@ def sandboxed(
     uid: int | None,
     env: Mapping[str, str],
 ) -> Sandboxed:
-    """Run `python ARGS` in the sandbox and report how it ended; its records land in `out/report.jsonl`.
+    """Run `python ARGS` in a fresh sandbox on `work`/tree; its records land in `out/report.jsonl`.
 
     The record file is opened here and inherited as a descriptor (`/proc/self/fd/N` inside), so the
     run can write that one file, capped by the file-size limit, and nothing else on the host's disk.
@@ -231,7 +269,7 @@ def sandboxed(
         if uid is not None:
             os.fchown(report, uid, uid)
         run_env = {**env, JSON_ENV: f"/proc/self/fd/{report}"}
-        argv = command(tree, out, kit, args, limits, uid, run_env)
+        argv = command(work, kit, args, limits, uid, run_env)
         returncode, timed_out, seconds = run(argv, log, limits.wall_seconds, (report,))
     finally:
         os.close(report)
@@ -246,11 +284,11 @@ def probe(scratch: Path, uid: int | None) -> Probe:
         )
     if shutil.which("bwrap") is None:
         raise SandboxUnavailable(f"bubblewrap (`bwrap`) is not installed: {FIX['missing']}")
-    tree, out = scratch / "probe-tree", scratch / "probe-out"
-    tree.mkdir(exist_ok=True)
+    work, out = scratch / "probe-work", scratch / "probe-out"
+    (work / "tree").mkdir(parents=True, exist_ok=True)
     out.mkdir(exist_ok=True)
     check = f"import os, pytest, hypothesis; assert os.getuid() != 0; open(os.environ['{JSON_ENV}'], 'w').write('ok')"
-    result = sandboxed(tree, out, None, ["-c", check], Limits(wall_seconds=60), uid, {})
+    result = sandboxed(work, out, None, ["-c", check], Limits(wall_seconds=60), uid, {})
     if result.returncode == 0 and (out / "report.jsonl").read_text(encoding="utf-8") == "ok":
         who = f"as uid {uid} (root drops privileges)" if uid is not None else "in a user namespace"
         return Probe(BWRAP, f"bubblewrap sandbox {who}: no network, allow-listed files, private /tmp")

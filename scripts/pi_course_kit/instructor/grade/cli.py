@@ -103,6 +103,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="no sandbox, resource limits only (learner code runs with your rights; refused as root)",
     )
+    parser.add_argument(
+        "--fresh-sandbox",
+        action="store_true",
+        help="a new sandbox for every learner instead of one fork server per job slot (slower, about x2)",
+    )
     add_manifest_option(parser)
 
 
@@ -217,7 +222,11 @@ def run(args: argparse.Namespace) -> int:
         cpu_seconds=max(1, int(args.timeout)),
         processes=args.processes,
     )
-    grader = Grader(course, limits, args.jobs, args.checkpoint, unsafe=args.unsafe)
+    if args.unsafe and args.fresh_sandbox:
+        raise KitError("--fresh-sandbox and --unsafe contradict each other: choose one")
+    grader = Grader(
+        course, limits, args.jobs, args.checkpoint, unsafe=args.unsafe, fresh_sandboxes=args.fresh_sandbox
+    )
     if args.classroom is not None:
         classroom.use_starter_reference(grader, course, course.checkpoint(args.checkpoint))
     if args.unsafe:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -12,9 +13,10 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -35,7 +37,7 @@ from pi_course_kit.core.records import (
 )
 from pi_course_kit.core.runner import JSON_ENV, pytest_command
 from pi_course_kit.core.staging import TESTS_DIR, pytest_ini, stage_tree, test_files
-from pi_course_kit.instructor.grade import bwrap, copying, sandbox, verdict
+from pi_course_kit.instructor.grade import bwrap, copying, precompile, sandbox, slots, verdict
 from pi_course_kit.instructor.promises import run_tree
 
 META = META_PATH
@@ -52,6 +54,14 @@ TAMPERING_FLAG = "tampering: a control test that no honest code can pass was rep
 RERUN_FLAG = (
     "re-run once: the first run ended without its report (exit code {code}); graded by the second run"
 )
+#: The environment of every sandboxed run (the sandbox adds PATH, HOME, TMPDIR and PYTHONPATH).
+RUN_ENV = {
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONHASHSEED": "0",
+    "PYTHONIOENCODING": "utf-8",
+}
 #: Importing the tests and the learner's code may take this share of the wall time when grading (the
 #: practice folder's bound is the per-test timeout): on a busy machine an honest import can take longer.
 IMPORT_SHARE = 0.5
@@ -118,9 +128,35 @@ class _Scored:
 
 @dataclass(frozen=True)
 class Slot:
-    """One parallel grading slot: its sandbox uid (None when not root or unsafe)."""
+    """One parallel grading slot: its sandbox uid (None when not root or unsafe), its folder, its server.
+
+    The slot's learner is staged in `work`/tree, which its sandbox sees read-only at `bwrap.TREE`.
+    `server` is None with --unsafe and with a fresh sandbox per learner.
+    """
 
     uid: int | None
+    work: Path
+    server: slots.SlotServer | None = None
+
+    @property
+    def tree(self) -> Path:
+        """Where this slot's next learner is staged."""
+        return self.work / "tree"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The disguised focused tests every learner of one checkpoint is graded with in this batch.
+
+    Made once per batch with a secret seed: the renamed tests and controls (`verdict.disguise_module`),
+    and their compiled bytecode. Runs of different learners never meet (each has its own sandbox, or
+    a fork server that ends everything of a run before the next), so one disguise per batch hides as
+    much from a forgery as one per run, and the solution is checked against the very same one.
+    """
+
+    sources: dict[str, bytes]
+    disguises: dict[str, verdict.Disguise]
+    compiled: dict[str, bytes]
 
 
 @dataclass(frozen=True)
@@ -132,6 +168,7 @@ class Reference:
     #: The tests/ files (name -> bytes) the solution was checked with; every learner's tree gets these,
     #: so an edit to the kit's files during a batch never mixes versions (empty: staged from disk).
     files: dict[str, bytes] = field(default_factory=dict)
+    batch: Batch | None = None
 
     def total(self, lab_id: str) -> int:
         """How many pristine tests the lab has."""
@@ -152,10 +189,12 @@ class Grader:
         jobs: int = 2,
         checkpoint: str | None = None,
         unsafe: bool = False,
+        fresh_sandboxes: bool = False,
     ) -> None:
         self.course, self.limits, self.jobs = course, limits, max(1, jobs)
         self.checkpoint_override = checkpoint
         self.unsafe = unsafe
+        self.fresh_sandboxes = fresh_sandboxes
         self.root = os.geteuid() == 0
         if unsafe and self.root:
             raise KitError(
@@ -163,14 +202,31 @@ class Grader:
             )
         self.scratch = Path(tempfile.mkdtemp(prefix="pi-course-grade-"))
         os.chmod(self.scratch, 0o711)
+        # Plugins and the fork server the grader ships into every sandbox read-only (never inside the learner's copy).
+        self.kit_dir = self.scratch / "kit"
+        self.kit_dir.mkdir(mode=0o755)
+        (self.kit_dir / f"{verdict.ORDER_PLUGIN}.py").write_text(
+            verdict.ORDER_PLUGIN_SOURCE, encoding="utf-8"
+        )
+        slots.install(self.kit_dir)
         self._uids: bwrap.UidPool | None = None
         self.slots: queue.Queue[Slot] = queue.Queue()
+        self.all_slots: list[Slot] = []
+        self._lock = threading.Lock()
         try:
             if self.root:
                 self._uids = bwrap.UidPool(self.jobs)
             uids: list[int | None] = list(self._uids.uids) if self._uids else [None] * self.jobs
-            for uid in uids:
-                self.slots.put(Slot(uid))
+            for number, uid in enumerate(uids):
+                work = self.scratch / f"slot-{number}"
+                work.mkdir(mode=0o755)
+                server = None
+                if not (unsafe or fresh_sandboxes):
+                    log = self.scratch / f"slot-{number}.log"
+                    server = slots.SlotServer(work, self.kit_dir, uid, RUN_ENV, log)
+                slot = Slot(uid, work, server)
+                self.all_slots.append(slot)
+                self.slots.put(slot)
             if unsafe:
                 self.level, self.probe_message = bwrap.UNSAFE, "no sandbox: resource limits only (--unsafe)"
             else:
@@ -184,53 +240,86 @@ class Grader:
             raise
         self.references: dict[str, Reference] = {}
         self._counter = 0
-        # Plugins the grader ships into every sandbox read-only (never inside the learner's copy).
-        self.kit_dir = self.scratch / "kit"
-        self.kit_dir.mkdir(mode=0o755)
-        (self.kit_dir / f"{verdict.ORDER_PLUGIN}.py").write_text(
-            verdict.ORDER_PLUGIN_SOURCE, encoding="utf-8"
-        )
 
     def close(self) -> None:
-        """Release the uids and remove every copy the grader made."""
+        """Stop the slots' sandboxes, release the uids and remove every copy the grader made."""
+        for slot in self.all_slots:
+            if slot.server is not None:
+                slot.server.stop()
         if self._uids is not None:
             self._uids.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
-    def reference(self, checkpoint: Checkpoint) -> Reference:
-        """Run the solution once (trusted, unsandboxed) to learn the pristine tests of each lab."""
-        if checkpoint.id not in self.references:
-            result = run_tree(self.course, checkpoint, checkpoint.solution)
-            failing = [t["nodeid"] for t in result.tests if t["outcome"] != "passed"]
-            if not result.tests or failing or result.collect_errors:
-                raise KitError(
-                    f"the solution of checkpoint {checkpoint.id} does not pass its focused tests "
-                    f"({len(failing)} failing); run `pi-course verify` and fix it before grading"
-                )
-            labs_of = {t["nodeid"]: t["lab"] for t in result.tests}
-            files = {name: path.read_bytes() for name, path in test_files(self.course, checkpoint).items()}
-            reference = Reference(checkpoint, labs_of, files)
-            self._check_disguise(reference)
-            self.references[checkpoint.id] = reference
-        return self.references[checkpoint.id]
+    def reference(self, checkpoint: Checkpoint, slot: Slot | None = None) -> Reference:
+        """The pristine tests of each lab (one trusted run of the solution) and this batch's disguise."""
+        with self._lock:
+            if checkpoint.id not in self.references:
+                self.references[checkpoint.id] = self._learn(checkpoint)
+            reference = self.references[checkpoint.id]
+            if reference.batch is None:
+                reference = replace(reference, batch=self._disguise(reference))
+                if (self.course.root / checkpoint.solution).is_dir():  # an installed kit ships none
+                    with self._slot(slot) as chosen:
+                        self._check_disguise(reference, chosen)
+                self.references[checkpoint.id] = reference
+            return reference
 
-    def _check_disguise(self, reference: Reference) -> None:
+    def _learn(self, checkpoint: Checkpoint) -> Reference:
+        """Run the solution once (trusted, unsandboxed) to learn the pristine tests of each lab."""
+        result = run_tree(self.course, checkpoint, checkpoint.solution)
+        failing = [t["nodeid"] for t in result.tests if t["outcome"] != "passed"]
+        if not result.tests or failing or result.collect_errors:
+            raise KitError(
+                f"the solution of checkpoint {checkpoint.id} does not pass its focused tests "
+                f"({len(failing)} failing); run `pi-course verify` and fix it before grading"
+            )
+        labs_of = {t["nodeid"]: t["lab"] for t in result.tests}
+        files = {name: path.read_bytes() for name, path in test_files(self.course, checkpoint).items()}
+        return Reference(checkpoint, labs_of, files)
+
+    def _disguise(self, reference: Reference) -> Batch:
+        """This batch's secret disguise of the checkpoint's focused test modules, compiled once."""
+        checkpoint = reference.checkpoint
+        files = reference.files or {
+            name: path.read_bytes() for name, path in test_files(self.course, checkpoint).items()
+        }
+        rng = random.Random(secrets.randbits(128))
+        sources, disguises = dict(files), {}
+        modules = {Path(relative).name for relative in checkpoint.tree_tests}
+        for name in sorted(modules):
+            text, disguise = verdict.disguise_module(files[name].decode("utf-8"), rng)
+            sources[name], disguises[name] = text.encode("utf-8"), disguise
+        # The runs of --unsafe see their copy at its real path, not at bwrap.TREE: they compile themselves.
+        built = {} if self.unsafe else precompile.compiled(sources, modules, f"{bwrap.TREE}/{TESTS_DIR}")
+        return Batch(sources, disguises, built)
+
+    @contextlib.contextmanager
+    def _slot(self, slot: Slot | None) -> Iterator[Slot]:
+        """The caller's slot, or one borrowed from the pool for the time of the block."""
+        if slot is not None:
+            yield slot
+            return
+        borrowed = self.slots.get()
+        try:
+            yield borrowed
+        finally:
+            self.slots.put(borrowed)
+
+    def _check_disguise(self, reference: Reference, slot: Slot) -> None:
         """Grade the solution itself, disguised and sandboxed: every test must pass and every control fail.
 
         A focused test that breaks when renamed or copied would otherwise cost honest learners points.
         """
         checkpoint = reference.checkpoint
+        assert reference.batch is not None
         work_root = self._scratch_dir()
         try:
-            tree = _stage(self.course, reference, self.course.root / checkpoint.solution, work_root / "tree")
-            rng = random.Random(secrets.randbits(128))
-            disguises = _disguise_tests(self.course, checkpoint, tree, rng)
+            tree = _stage(self.course, reference, self.course.root / checkpoint.solution, slot.tree)
             out = work_root / "out"
             out.mkdir()
-            uid = self._uids.uids[0] if self._uids else None
-            run = self._run(tree, out, uid, str(rng.getrandbits(64)))
+            run = self._run(tree, out, slot, str(secrets.randbits(64)))
             tests, _, _ = _read_report(out / "report.jsonl")
-            found = verdict.read_verdicts(tests, disguises, reference.labs_of)
+            found = verdict.read_verdicts(tests, reference.batch.disguises, reference.labs_of)
             passed = sum(1 for test in found.by_node.values() if test.get("outcome") == "passed")
             if found.tampering or passed != len(reference.labs_of):
                 raise KitError(
@@ -239,12 +328,17 @@ class Grader:
                     f"exit {run.returncode}); a test must not depend on its own name or position"
                 )
         finally:
+            shutil.rmtree(slot.tree, ignore_errors=True)
             shutil.rmtree(work_root, ignore_errors=True)
 
     def grade_all(
         self, folders: Sequence[Path], on_done: Callable[[LearnerRecord], None] | None = None
     ) -> list[LearnerRecord]:
         """Grade every folder, `jobs` at a time; the records keep the order of `folders`."""
+        # The slots' sandboxes start together, before the first learner, so their imports overlap.
+        for slot in self.all_slots[: len(folders)]:
+            if slot.server is not None:
+                slot.server.start()
         with ThreadPoolExecutor(max_workers=self.jobs) as pool:
             records = []
             for record in pool.map(self._grade_slot, folders):
@@ -256,7 +350,7 @@ class Grader:
     def _grade_slot(self, folder: Path) -> LearnerRecord:
         slot = self.slots.get()
         try:
-            return self.grade_one(folder, slot.uid)
+            return self.grade_one(folder, slot)
         except Exception as error:  # one submission never stops the batch, whatever it holds
             record = LearnerRecord(
                 learner=copying.shown(folder.name or str(folder)), folder=clean(folder, 4096), status=ERROR
@@ -272,8 +366,12 @@ class Grader:
         os.chmod(folder, 0o711)
         return folder
 
-    def grade_one(self, folder: Path, uid: int | None = None) -> LearnerRecord:
-        """Grade one folder; a folder that is not a practice folder is reported as skipped."""
+    def grade_one(self, folder: Path, slot: Slot | None = None) -> LearnerRecord:
+        """Grade one folder (in `slot`, or one borrowed); a folder that is not a practice folder is skipped."""
+        with self._slot(slot) as chosen:
+            return self._grade_one(folder, chosen)
+
+    def _grade_one(self, folder: Path, slot: Slot) -> LearnerRecord:
         started = time.perf_counter()
         record = LearnerRecord(
             learner=copying.shown(folder.name or str(folder)),
@@ -285,8 +383,8 @@ class Grader:
             return record
         record.checkpoint = checkpoint.id
         try:
-            reference = self.reference(checkpoint)
-        except KitError as error:
+            reference = self.reference(checkpoint, slot)
+        except (KitError, slots.ServerFailed) as error:
             record.status, record.message = ERROR, str(error)
             return record
         work_root = self._scratch_dir()
@@ -307,7 +405,7 @@ class Grader:
                 record.flags.append(
                     "graded with --unsafe: no sandbox, learner code ran with the grader's rights"
                 )
-            scored = self._run_and_score(record, reference, source, work_root / "first", uid)
+            scored = self._run_and_score(record, reference, source, work_root / "first", slot)
             if scored.status == CRASHED:
                 # A run can lose its report to the machine (an overloaded host, a killed process), and
                 # a learner must not get 0 for that: one re-run, from a fresh copy with a fresh seed,
@@ -315,7 +413,7 @@ class Grader:
                 # than one honest run; the record says so. A submission that crashes on purpose just
                 # crashes twice (one extra run per folder, within the same limits).
                 code = scored.returncode
-                record = self._run_and_score(record, reference, source, work_root / "second", uid).record
+                record = self._run_and_score(record, reference, source, work_root / "second", slot).record
                 record.flags.append(RERUN_FLAG.format(code=code))
             else:
                 record = scored.record
@@ -325,26 +423,27 @@ class Grader:
         return record
 
     def _run_and_score(
-        self, base: LearnerRecord, reference: Reference, source: Path, work: Path, uid: int | None
+        self, base: LearnerRecord, reference: Reference, source: Path, work: Path, slot: Slot
     ) -> _Scored:
-        """Stage `source` in `work`, run it once with fresh disguises and score a copy of `base`."""
-        checkpoint = reference.checkpoint
+        """Stage `source` in the slot, run it once in a fresh order and score a copy of `base`."""
+        assert reference.batch is not None
         record = replace(base, labs=[], flags=list(base.flags), tests=[])
         work.mkdir()
-        tree = _stage(self.course, reference, source, work / "tree")
-        rng = random.Random(secrets.randbits(128))
-        disguises = _disguise_tests(self.course, checkpoint, tree, rng)
-        out = work / "out"
-        out.mkdir()
-        run = self._run(tree, out, uid, str(rng.getrandbits(64)))
+        try:
+            tree = _stage(self.course, reference, source, slot.tree)
+            out = work / "out"
+            out.mkdir()
+            run = self._run(tree, out, slot, str(secrets.randbits(64)))
+        finally:
+            shutil.rmtree(slot.tree, ignore_errors=True)
         record.sandbox = run.level
         tests, summary_record, collect_errors = _read_report(out / "report.jsonl")
-        verdicts = verdict.read_verdicts(tests, disguises, reference.labs_of)
+        verdicts = verdict.read_verdicts(tests, reference.batch.disguises, reference.labs_of)
         _score(record, reference, run, verdicts, summary_record, collect_errors)
         return _Scored(record, run.returncode)
 
-    def _run(self, tree: Path, out: Path, uid: int | None, order_seed: str) -> sandbox.Sandboxed:
-        """Run the disguised focused tests in `tree`: in bubblewrap, or with limits only when unsafe."""
+    def _run(self, tree: Path, out: Path, slot: Slot, order_seed: str) -> sandbox.Sandboxed:
+        """Run the disguised focused tests in `tree`: in the slot's sandbox, or with limits only when unsafe."""
         import_seconds = max(1, int(self.limits.wall_seconds * IMPORT_SHARE))
         args = [
             *pytest_command(
@@ -368,14 +467,11 @@ class Grader:
             return sandbox.run(
                 [sys.executable, *args], tree, env, self.limits, sandbox.LIMITS, out.parent / "output.log"
             )
-        env = {
-            "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONHASHSEED": "0",
-            "PYTHONIOENCODING": "utf-8",
-        }
-        return bwrap.sandboxed(tree, out, self.kit_dir, args, self.limits, uid, env)
+        if slot.server is not None:
+            return slot.server.run(
+                args[2:], self.limits, {}, out
+            )  # without "-m pytest": the server is pytest
+        return bwrap.sandboxed(slot.work, out, self.kit_dir, args, self.limits, slot.uid, RUN_ENV)
 
     def _practice_checkpoint(self, folder: Path, record: LearnerRecord) -> Checkpoint | None:
         try:
@@ -421,24 +517,18 @@ class Grader:
 
 
 def _stage(course: Course, reference: Reference, source: Path, dest: Path) -> Path:
-    """Stage a tree with the reference's own copies of the kit's test files (the report, its records)."""
+    """Stage a tree with the batch's disguised copies of the kit's test files, and their bytecode."""
+    assert reference.batch is not None
+    shutil.rmtree(dest, ignore_errors=True)
     tree = stage_tree(course, reference.checkpoint, source, dest)
-    for name, data in reference.files.items():
-        (tree / TESTS_DIR / name).write_bytes(data)
+    tests = tree / TESTS_DIR
+    for name, data in reference.batch.sources.items():
+        (tests / name).write_bytes(data)
+    if reference.batch.compiled:
+        (tests / "__pycache__").mkdir(exist_ok=True)
+    for name, data in reference.batch.compiled.items():
+        (tests / name).write_bytes(data)
     return tree
-
-
-def _disguise_tests(
-    course: Course, checkpoint: Checkpoint, tree: Path, rng: random.Random
-) -> dict[str, verdict.Disguise]:
-    """Rewrite each staged focused test module with secret names and controls; the renamings by file name."""
-    disguises = {}
-    for relative in checkpoint.tree_tests:
-        path = tree / TESTS_DIR / Path(relative).name
-        source, disguise = verdict.disguise_module(path.read_text(encoding="utf-8"), rng)
-        path.write_text(source, encoding="utf-8")
-        disguises[path.name] = disguise
-    return disguises
 
 
 def _is_bare(folder: Path) -> bool:

@@ -1,0 +1,151 @@
+"""One grading slot: a long-lived bubblewrap sandbox whose fork server runs its learners one at a time.
+
+A slot owns a folder (`work`, seen as /grade/work inside) where the grader stages one learner's tree at
+a time, and a fork server (`forkserver.py`) started once in the slot's sandbox. Each run is a fresh
+fork of that server, so a learner pays neither for the interpreter start nor for importing pytest and
+hypothesis. The server ends every process of a run before it answers, and quits (so that the next run
+gets a brand-new sandbox) when a run left anything else behind; a server that dies or hangs is
+replaced the same way. See docs/grading-threat-model.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from pi_course_kit.core.runner import JSON_ENV
+from pi_course_kit.instructor.grade import bwrap
+from pi_course_kit.instructor.grade.sandbox import Limits, Sandboxed
+
+SERVER_FILE = "forkserver.py"
+READY_SECONDS = 120.0  # importing pytest and hypothesis on a very busy machine
+ANSWER_GRACE = 30.0  # beyond a run's wall time, before a silent server counts as hung
+LOST = -int(signal.SIGKILL)  # the exit status a run gets when its server died under it
+
+
+class ServerFailed(Exception):
+    """The slot's fork server did not start; the message has the end of its log."""
+
+
+def install(kit: Path) -> None:
+    """Copy the fork server into the kit folder every sandbox sees read-only."""
+    shutil.copyfile(Path(__file__).with_name(SERVER_FILE), kit / SERVER_FILE)
+
+
+class SlotServer:
+    """The fork server of one slot; started on first use and again after a run that left traces."""
+
+    def __init__(self, work: Path, kit: Path, uid: int | None, env: Mapping[str, str], log: Path) -> None:
+        self.work, self.kit, self.uid, self.env, self.log = work, kit, uid, dict(env), log
+        self.process: subprocess.Popen[bytes] | None = None
+        self.channel: socket.socket | None = None
+        self.is_ready = False
+        self.starts = 0
+
+    @property
+    def tree(self) -> Path:
+        """Where the grader stages the learner this slot runs next."""
+        return self.work / "tree"
+
+    def start(self) -> None:
+        """Start the sandbox and its server (without waiting for it to be ready)."""
+        if self.process is not None and self.process.poll() is not None:
+            self.stop()  # it ended between two runs (it never does so unasked): start another
+        if self.process is not None:
+            return
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = bwrap.server_command(self.work, self.kit, self.uid, self.env, theirs.fileno())
+        with self.log.open("ab") as sink:
+            self.process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={"PATH": "/usr/bin:/bin"},
+                pass_fds=(theirs.fileno(),),
+            )
+        theirs.close()
+        self.channel, self.is_ready = ours, False
+        self.starts += 1
+
+    def ready(self) -> socket.socket:
+        """Wait until the server has imported everything; its channel."""
+        self.start()
+        assert self.channel is not None
+        if self.is_ready:
+            return self.channel
+        self.channel.settimeout(READY_SECONDS)
+        try:
+            answer = self.channel.recv(1 << 16)
+        except OSError:
+            answer = b""
+        if not answer or not json.loads(answer).get("ready"):
+            tail = bwrap.read_tail(self.log, 2_000).strip().splitlines()
+            self.stop()
+            raise ServerFailed(
+                f"the grading sandbox's fork server did not start: {tail[-1] if tail else 'no output'}"
+            )
+        self.is_ready = True
+        return self.channel
+
+    def run(self, args: Sequence[str], limits: Limits, env: Mapping[str, str], out: Path) -> Sandboxed:
+        """Run `python -m pytest ARGS` on the staged tree; records land in `out/report.jsonl`."""
+        channel = self.ready()
+        log_path = out / "output.log"
+        report = os.open(out / "report.jsonl", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            if self.uid is not None:
+                os.fchown(report, self.uid, self.uid)
+            request = {
+                "cwd": bwrap.TREE,
+                "args": list(args),
+                "env": {**self.env, **env},
+                "uid": self.uid,
+                "limits": {k: int(v) for k, v in asdict(limits).items() if k != "wall_seconds"},
+                "wall_seconds": limits.wall_seconds,
+                "report_env": JSON_ENV,
+            }
+            socket.send_fds(channel, [json.dumps(request).encode("utf-8")], [report, log])
+        finally:
+            os.close(report)
+            os.close(log)
+        channel.settimeout(limits.wall_seconds + ANSWER_GRACE)
+        try:
+            answer = channel.recv(1 << 16)
+        except OSError:  # a timeout included: the server hung
+            answer = b""
+        if not answer:
+            # The server died or hung under this run: the run counts as lost (a crash), the next gets a new sandbox.
+            self.stop()
+            return Sandboxed(LOST, False, bwrap.read_tail(log_path), bwrap.BWRAP, limits.wall_seconds)
+        ended = json.loads(answer)
+        if not ended.get("fresh"):
+            self.stop()
+        return Sandboxed(
+            int(ended["returncode"]),
+            bool(ended["timed_out"]),
+            bwrap.read_tail(log_path),
+            bwrap.BWRAP,
+            float(ended["seconds"]),
+        )
+
+    def stop(self) -> None:
+        """End the sandbox: closing the channel lets the server exit; killing its session makes sure."""
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            self.process = None
