@@ -240,6 +240,148 @@ object_schema = string_value
 """
 
 
+# -- the learner graded next in the same slot: a run that reaches past its own end ----------------------
+
+# Appended to a complete tool.py, one part per attacker: each reaches past the end of its own run, at
+# the slot's fork server (PID 1) or at the learner graded next in the same slot.
+REACH_HEAD = """
+import ctypes as _ctypes
+import os as _os
+import resource as _resource
+import signal as _signal
+import time as _time
+
+_libc = _ctypes.CDLL(None, use_errno=True)
+_HITS = []
+"""
+REACH = {
+    # Signals, ptrace and /proc at the fork server, then its limits, priority and CPUs changed from outside.
+    "server": """
+for _sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGSTOP, _signal.SIGKILL):
+    try:
+        _os.kill(1, _sig)
+    except OSError:
+        pass
+if _libc.ptrace(16, 1, None, None) == 0:  # PTRACE_ATTACH
+    _HITS.append("ptrace")
+for _name in ("mem", "environ", "fd/0"):
+    try:
+        open("/proc/1/" + _name, "rb").close()
+        _HITS.append("/proc/1/" + _name)
+    except OSError:
+        pass
+for _change in (
+    lambda: _resource.prlimit(1, _resource.RLIMIT_NOFILE, (16, 16)),
+    lambda: _resource.prlimit(1, _resource.RLIMIT_AS, (64 << 20, 64 << 20)),
+    lambda: _os.setpriority(_os.PRIO_PROCESS, 1, 19),
+    lambda: _os.sched_setaffinity(1, {{0}}),
+):
+    try:
+        _change()
+    except OSError:
+        pass
+""",
+    # A file in the private /tmp the next run shares.
+    "tmp": """
+with open("/tmp/planted-{secret}", "w") as _handle:
+    _handle.write("for the next learner")
+""",
+    # System V shared memory and a POSIX message queue: they outlive every process.
+    "ipc": """
+_libc.shmget(0x50494331, 4096, 0o1000 | 0o666)  # IPC_CREAT
+try:
+    _libc.mq_open(b"/planted-{secret}", 0o100 | 0o2, 0o666, None)  # O_CREAT | O_RDWR
+except AttributeError:
+    pass
+""",
+    # A daemon that kills every process it can see for 15 seconds.
+    "daemon": """
+if _os.fork() == 0:
+    _os.setsid()
+    if _os.fork() == 0:
+        _os.closerange(0, 1024)
+        for _ in range(300):
+            try:
+                _os.kill(-1, _signal.SIGKILL)
+            except OSError:
+                pass
+            _time.sleep(0.05)
+    _os._exit(0)
+""",
+}
+REACH_TAIL = """
+if _HITS:
+    raise RuntimeError("REACHED " + "; ".join(_HITS))
+"""
+
+# Appended to a complete tool.py: fails the import when anything of an earlier learner is still there.
+FIND_TRACES = """
+import ctypes as _ctypes
+import os as _os
+import resource as _resource
+
+_libc = _ctypes.CDLL(None, use_errno=True)
+_TRACES = []
+if _os.path.exists("/tmp/planted-{secret}"):
+    _TRACES.append("file in /tmp")
+if _libc.shmget(0x50494331, 0, 0) != -1:
+    _TRACES.append("System V shared memory")
+try:
+    if _libc.mq_open(b"/planted-{secret}", 0) != -1:
+        _TRACES.append("message queue")
+except AttributeError:
+    pass
+if _resource.getrlimit(_resource.RLIMIT_NOFILE)[1] <= 16 or _resource.getrlimit(_resource.RLIMIT_AS)[1] <= 64 << 20:
+    _TRACES.append("limits")
+if _os.getpriority(_os.PRIO_PROCESS, 0) > 0 or len(_os.sched_getaffinity(0)) < min(2, _os.cpu_count() or 1):
+    _TRACES.append("priority")
+if _TRACES:
+    raise RuntimeError("TRACES " + "; ".join(_TRACES))
+"""
+
+
+@pytest.fixture(scope="module")
+def next_learner(
+    course: Course, checkpoint: Checkpoint, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, Any]]:
+    """One slot (--jobs 1): each learner right after one who tried to reach past the end of their run."""
+    root = tmp_path_factory.mktemp("next-learner")
+    secret = secrets.token_hex(4)
+    folders = []
+    for part, payload in REACH.items():
+        attacker = make_learner(course, checkpoint, root / f"reach-{part}", labs_from_solution=True)
+        _append(attacker, (REACH_HEAD + payload + REACH_TAIL).format(secret=secret))
+        victim = make_learner(course, checkpoint, root / f"after-{part}", labs_from_solution=True)
+        _append(victim, FIND_TRACES.format(secret=secret))
+        folders += [attacker, victim]
+    folders.append(make_learner(course, checkpoint, root / "starter-last"))
+    grades = root / "grades.jsonl"
+    code = cli.main(
+        ["grade", *map(str, folders), "--json", str(grades), "--jobs", "1", "--timeout", "60", "--quiet"]
+    )
+    records = [json.loads(line) for line in grades.read_text(encoding="utf-8").splitlines()]
+    return {"code": {"value": code}, **{r["folder"].rsplit("/", 1)[-1]: r for r in records}}
+
+
+def test_nothing_of_a_run_reaches_the_learner_graded_next(next_learner: dict[str, dict[str, Any]]) -> None:
+    """After a run that signals and ptraces the fork server, changes its limits, plants files, IPC and a killing daemon, is the next learner graded complete, untouched and unflagged?"""
+    for part in REACH:
+        record = next_learner[f"after-{part}"]
+        assert (record["status"], record["message"], record["flags"]) == ("complete", "", []), part
+        assert record["passed"] == record["total"] > 0
+
+
+def test_a_run_that_reaches_past_its_end_gains_nothing(next_learner: dict[str, dict[str, Any]]) -> None:
+    """Does the reaching submission find no way into the fork server, and score no more than its own honest run allows?"""
+    for part in REACH:
+        record = next_learner[f"reach-{part}"]
+        assert "REACHED" not in record["message"]
+        # The daemon also kills its own run (twice: a lost report is re-run once).
+        assert record["status"] == ("crashed" if part == "daemon" else "complete"), (part, record["message"])
+    last = next_learner["starter-last"]
+    assert (last["status"], last["passed"], last["flags"]) == ("not started", 0, [])
+
+
 def _public(course: Course, checkpoint: Checkpoint) -> dict[str, str]:
     """The public node ids a forger knows, with their labs (read from the reference run)."""
     from pi_course_kit.instructor.promises import run_tree

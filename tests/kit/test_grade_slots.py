@@ -1,0 +1,144 @@
+"""Grading slots: one sandbox and fork server per job slot, replaced whenever a run leaves traces."""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _pytest.assertion import rewrite
+from pi_course_kit import cli
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.staging import TESTS_DIR
+from pi_course_kit.instructor.grade import bwrap
+from pi_course_kit.instructor.grade import grader as grading
+from pi_course_kit.instructor.grade.sandbox import Limits
+from test_grade import make_learner, partial_tool
+
+pytestmark = pytest.mark.slow
+
+LINGER = """
+import os as _os
+import time as _time
+
+if _os.fork() == 0:
+    _os.setsid()
+    _time.sleep(300)
+    _os._exit(0)
+"""
+
+
+@pytest.fixture(scope="module")
+def grader(course: Course, checkpoint: Checkpoint) -> Iterator[grading.Grader]:
+    """One grader with a single slot, its batch prepared."""
+    made = grading.Grader(course, Limits(wall_seconds=60, cpu_seconds=60), jobs=1)
+    made.reference(checkpoint)
+    yield made
+    made.close()
+
+
+def the_slot(grader: grading.Grader) -> grading.Slot:
+    """The grader's only slot."""
+    [slot] = grader.all_slots
+    assert slot.server is not None
+    return slot
+
+
+def test_honest_learners_are_all_served_by_one_sandbox(
+    grader: grading.Grader, course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Are a finished, a partial and an untouched learner graded right, one after another, by the slot's first sandbox?"""
+    slot = the_slot(grader)
+    starts = slot.server.starts if slot.server else 0
+    complete = make_learner(course, checkpoint, tmp_path / "complete", labs_from_solution=True)
+    partial = make_learner(course, checkpoint, tmp_path / "partial")
+    (partial / "pi_course/tool.py").write_text(partial_tool(course, checkpoint), encoding="utf-8")
+    untouched = make_learner(course, checkpoint, tmp_path / "untouched")
+    records = grader.grade_all([complete, partial, untouched])
+    assert [r.status for r in records] == [grading.COMPLETE, grading.PARTIAL, grading.NOT_STARTED]
+    assert all(r.flags == [] for r in records)
+    assert slot.server is not None and slot.server.starts == max(starts, 1)
+
+
+def test_a_run_that_leaves_a_process_behind_gets_the_next_learner_a_new_sandbox(
+    grader: grading.Grader, course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """When a learner's run leaves a sleeping daemon, does the next learner run in a fresh sandbox, graded complete?"""
+    slot = the_slot(grader)
+    lingering = make_learner(course, checkpoint, tmp_path / "lingering", labs_from_solution=True)
+    tool = lingering / "pi_course/tool.py"
+    tool.write_text(tool.read_text(encoding="utf-8") + LINGER, encoding="utf-8")
+    following = make_learner(course, checkpoint, tmp_path / "following", labs_from_solution=True)
+    first = grader.grade_one(lingering, slot)
+    assert slot.server is not None and slot.server.process is None  # ended with the lingering run
+    second = grader.grade_one(following, slot)
+    assert (first.status, second.status, second.flags) == (grading.COMPLETE, grading.COMPLETE, [])
+
+
+def test_a_server_that_died_between_learners_costs_no_run(
+    grader: grading.Grader, course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """If the slot's sandbox is killed between two learners, is the next one still graded by a single, unflagged run?"""
+    slot = the_slot(grader)
+    assert slot.server is not None
+    slot.server.ready()
+    assert slot.server.process is not None
+    os.killpg(slot.server.process.pid, signal.SIGKILL)
+    slot.server.process.wait()
+    folder = make_learner(course, checkpoint, tmp_path / "after-a-death", labs_from_solution=True)
+    record = grader.grade_one(folder, slot)
+    assert (record.status, record.flags) == (grading.COMPLETE, [])
+
+
+def test_the_batch_compiles_its_disguised_tests_once_for_the_path_every_run_sees(
+    grader: grading.Grader, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Does every disguised test module come with a rewritten pyc that this pytest accepts, named for the sandbox path?"""
+    batch = grader.reference(checkpoint).batch
+    assert batch is not None
+    for relative in checkpoint.tree_tests:
+        name = Path(relative).name
+        pyc_name = f"__pycache__/{name[:-3]}{rewrite.PYC_TAIL}"
+        assert pyc_name in batch.compiled, name
+        source, pyc = tmp_path / name, tmp_path / "module.pyc"
+        source.write_bytes(batch.sources[name])
+        pyc.write_bytes(batch.compiled[pyc_name])
+        code = rewrite._read_pyc(source, pyc)
+        assert code is not None
+        assert rewrite._read_pyc(source.with_name("other.py"), pyc) is None  # bound to its source
+        # The disguised names are in the compiled module; the public ones are not.
+        assert set(batch.disguises[name].names) <= set(code.co_names)
+        assert not set(batch.disguises[name].names.values()) & set(code.co_names)
+        # Tracebacks name the file where every run sees it.
+        assert marshal.loads(batch.compiled[pyc_name][16:]).co_filename == f"{bwrap.TREE}/{TESTS_DIR}/{name}"
+
+
+def test_a_fresh_sandbox_per_learner_grades_the_same(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Does --fresh-sandbox (one sandbox per learner, no fork server) give the same records as the default slots?"""
+    complete = make_learner(course, checkpoint, tmp_path / "complete", labs_from_solution=True)
+    untouched = make_learner(course, checkpoint, tmp_path / "untouched")
+    found = {}
+    for mode in ([], ["--fresh-sandbox"]):
+        out = tmp_path / f"grades{len(mode)}.jsonl"
+        code = cli.main(["grade", str(complete), str(untouched), "--json", str(out), "--quiet", *mode])
+        records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+        found[bool(mode)] = (code, [(r["status"], r["passed"], r["flags"], r["sandbox"]) for r in records])
+    assert found[False] == found[True]
+    complete_row, untouched_row = found[False][1]
+    assert complete_row[0] == grading.COMPLETE and complete_row[1] > 0
+    assert untouched_row[:2] == (grading.NOT_STARTED, 0)
+
+
+def test_fresh_sandbox_and_unsafe_together_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Is `--fresh-sandbox --unsafe` refused in one line before anything is graded?"""
+    code = cli.main(["grade", str(tmp_path), "--fresh-sandbox", "--unsafe"])
+    err = capsys.readouterr().err
+    assert code != 0 and "--fresh-sandbox and --unsafe" in err and len(err.strip().splitlines()) == 1
