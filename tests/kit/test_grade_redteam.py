@@ -178,6 +178,13 @@ for _path in _glob.glob("/proc/[0-9]*/environ"):
         pass
 if _os.getuid() == 0 or _os.geteuid() == 0:
     _HITS.append("runs as uid 0")
+# No capability to use or to regain (as root, the grader drops the run to a uid from 200000 on).
+_STATUS = dict(_line.split(":", 1) for _line in open("/proc/self/status").read().splitlines() if ":" in _line)
+for _set in ("CapPrm", "CapEff", "CapAmb") + (("CapInh", "CapBnd") if _os.getuid() >= 200000 else ()):
+    if int(_STATUS[_set], 16):
+        _HITS.append("capabilities in " + _set)
+if _STATUS["NoNewPrivs"].strip() != "1":
+    _HITS.append("privileges can be gained by exec")
 for _key, _value in _os.environ.items():
     if "{secret}" in _value or _key == "VIRTUAL_ENV" or "{course}" in _value:
         _HITS.append("env " + _key)

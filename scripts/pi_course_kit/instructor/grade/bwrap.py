@@ -30,7 +30,7 @@ BWRAP, UNSAFE = "bwrap", "limits (--unsafe)"
 # SITE's name matters: Hypothesis scans every module outside a ".../site-packages/" path for constants.
 WORK, SITE, KIT = "/grade/work", "/grade/site-packages", "/grade/kit"
 TREE = f"{WORK}/tree"  # the staged copy, always at this path, so one compiled test module fits every learner
-SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
+SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
 # What the focused tests and the report import besides the standard library and pi_course.
 PACKAGES = (
     "pytest",

@@ -38,7 +38,8 @@ from typing import Any
 REPORT_FD = 3  # in the child, where nothing else stays open
 SETUP_FAILED = 125
 MAX_TMP_ENTRIES = 2_000
-PR_SET_DUMPABLE = 4
+PR_SET_DUMPABLE, PR_CAPBSET_DROP = 4, 24
+CAPABILITY_VERSION_3 = 0x20080522
 RLIMITS = {
     "memory_bytes": resource.RLIMIT_AS,
     "cpu_seconds": resource.RLIMIT_CPU,
@@ -86,6 +87,27 @@ def send(channel: socket.socket, message: dict[str, Any]) -> None:
     channel.send(json.dumps(message).encode("utf-8"))
 
 
+def become(uid: int) -> None:
+    """Drop from root to `uid` for good, as `setpriv --reuid --regid --clear-groups --inh-caps=-all
+    --bounding-set=-all` does: no capability left in any set, none to regain.
+
+    By hand with ctypes: the standard library has no capset or PR_CAPBSET_DROP, and python-prctl needs
+    the libcap headers to build.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as last:
+        for cap in range(int(last.read()) + 1):
+            if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), f"cannot drop capability {cap} from the bounding set")
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)  # the kernel empties the permitted, effective and ambient sets
+    header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
+    nothing = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable; twice (64-bit sets)
+    if libc.capset(header, nothing) != 0:  # the inheritable set is left to us
+        raise OSError(ctypes.get_errno(), "cannot clear the capability sets")
+
+
 def child(request: dict[str, Any], report: int, log: int) -> int:
     """In the forked child: become the learner's run, then run pytest; return its exit status."""
     os.setsid()
@@ -98,9 +120,7 @@ def child(request: dict[str, Any], report: int, log: int) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     uid = request["uid"]
     if uid is not None:
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)  # from root to a uid: the kernel clears every capability
+        become(uid)
     if os.getuid() == 0 or os.geteuid() == 0:
         os.write(2, b"pi-course-sandbox: refusing to run learner code as uid 0\n")
         return SETUP_FAILED
