@@ -1,6 +1,6 @@
 """Benchmark `pi-course grade` at class scale: N folders copied from one practice folder, growing N.
 
-Usage: python benchmarks/bench_grade_scale.py [N ...]   (default: 100 300 1000)
+Usage: python benchmarks/bench_grade_scale.py [--fresh-sandbox] [N ...]   (default: 100 300 1000)
 The folders are a third each complete (the solution's tool.py), untouched starter, and partial (Labs 6.1
 and 6.2 done, 6.3 a stub), one level below a submissions root. Prints, per N: wall seconds, seconds per
 folder, CPU seconds of everything started, the 1-minute load average, and the status counts.
@@ -43,8 +43,8 @@ def make_class(root: Path, size: int) -> Path:
     return root / "sub"
 
 
-def main(sizes: list[int]) -> None:
-    """Grade each class size once and print the timings."""
+def main(sizes: list[int], options: list[str]) -> None:
+    """Grade each class size once (with `options` passed to `pi-course grade`) and print the timings."""
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="bench-grade-scale-") as tmp:
             root = Path(tmp)
@@ -60,7 +60,7 @@ def main(sizes: list[int]) -> None:
                 "--submissions-root",
                 str(submissions),
             ]
-            command += ["--jobs", "2", "--json", str(out), "--quiet"]
+            command += ["--jobs", "2", "--json", str(out), "--quiet", *options]
             subprocess.run(command, check=False, stdout=subprocess.DEVNULL)
             elapsed = time.perf_counter() - started
             cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -75,4 +75,5 @@ def main(sizes: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main([int(arg) for arg in sys.argv[1:]] or [100, 300, 1000])
+    flags = [arg for arg in sys.argv[1:] if arg.startswith("--")]
+    main([int(arg) for arg in sys.argv[1:] if not arg.startswith("--")] or [100, 300, 1000], flags)

@@ -1,11 +1,12 @@
 """The grading sandbox: bubblewrap with an allow-listed file system, for root and non-root alike.
 
 Inside: the base interpreter and the few installed packages the focused tests import (read-only),
-the learner's staged tree (read-only, like everything of the host), a size-limited private /tmp, no network,
-IPC, UTS or other processes (own PID namespace: every process dies with the run). As root, bwrap
-sets the namespaces up and `setpriv` then drops to an unprivileged uid of the grading slot, so
-learner code never runs as uid 0. Without root, bwrap uses an unprivileged user namespace.
-Resource limits are applied inside by `prlimit`, right before the interpreter starts.
+the learner's staged tree (read-only, like everything of the host), a size-limited private /tmp, no
+network, IPC, UTS or other processes (own PID namespace: every process dies with the sandbox). Two
+shapes share these options: a slot's long-lived sandbox whose PID 1 is the fork server
+(`server_command`, see slots.py and forkserver.py), and one fresh sandbox per run (`command`, for
+`--fresh-sandbox` and the start-up probe), where `setpriv` drops root to the slot's uid and `prlimit`
+sets the limits. Without root, bwrap uses an unprivileged user namespace.
 """
 
 from __future__ import annotations

@@ -408,11 +408,13 @@ class Grader:
             scored = self._run_and_score(record, reference, source, work_root / "first", slot)
             if scored.status == CRASHED:
                 # A run can lose its report to the machine (an overloaded host, a killed process), and
-                # a learner must not get 0 for that: one re-run, from a fresh copy with a fresh seed,
-                # disguise and controls, graded exactly like the first, so it can never score more
+                # a learner must not get 0 for that: one re-run, from a fresh copy in a fresh order and
+                # a new sandbox, graded exactly like the first, so it can never score more
                 # than one honest run; the record says so. A submission that crashes on purpose just
                 # crashes twice (one extra run per folder, within the same limits).
                 code = scored.returncode
+                if slot.server is not None:
+                    slot.server.stop()  # whatever went wrong, the second run starts in a new sandbox
                 record = self._run_and_score(record, reference, source, work_root / "second", slot).record
                 record.flags.append(RERUN_FLAG.format(code=code))
             else:

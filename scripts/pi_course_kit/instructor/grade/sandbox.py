@@ -4,8 +4,8 @@ The grader's sandbox is bubblewrap (`bwrap.py`). This module keeps what `--unsaf
 machine where no sandbox can be built: `python -I sandbox.py CONFIG -- COMMAND...` sets rlimits and
 executes COMMAND with an environment built from nothing, in its own session that the grader kills
 at the wall time. Learner code then runs with the grader's own rights. It uses the standard library
-only, because it runs before anything else. (The fork server and the hand-made namespaces that
-lived here were replaced by bubblewrap; see docs/grading-threat-model.md.)
+only, because it runs before anything else. (The hand-made namespaces that lived here were replaced
+by bubblewrap; the fork server now lives inside a slot's bubblewrap sandbox, see forkserver.py.)
 """
 
 from __future__ import annotations

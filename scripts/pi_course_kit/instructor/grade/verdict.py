@@ -1,7 +1,7 @@
 """Verdicts learner code cannot forge generically: disguised test names plus secret known-failing controls.
 
 Every pass/fail is produced inside the process that runs learner code, so it could be forged there.
-The grader therefore never trusts a verdict by its public name. Per grading run it rewrites each
+The grader therefore never trusts a verdict by its public name. Per grading batch it rewrites each
 focused test module with a secret seed: every test function gets a fresh random name drawn like the
 real ones, and a few "controls" are added: exact copies of real tests (same decorators, same body)
 that end with a failing assertion. No honest implementation can pass a control. A forgery that makes
