@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from _pytest.assertion import rewrite
 from pi_course_kit import cli
+from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.staging import TESTS_DIR
 from pi_course_kit.instructor.grade import bwrap
@@ -142,3 +143,19 @@ def test_fresh_sandbox_and_unsafe_together_are_refused(
     code = cli.main(["grade", str(tmp_path), "--fresh-sandbox", "--unsafe"])
     err = capsys.readouterr().err
     assert code != 0 and "--fresh-sandbox and --unsafe" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_slot_that_cannot_start_stops_grading_before_any_learner_with_the_way_out(
+    course: Course, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the fork server cannot start (an old bwrap, say), does the grader refuse at once, naming --fresh-sandbox?"""
+
+    def broken(*args: object, **kwargs: object) -> list[str]:
+        return ["/bin/sh", "-c", "echo 'bwrap: Unknown option --as-pid-1' >&2; exit 1"]
+
+    monkeypatch.setattr(bwrap, "server_command", broken)
+    with pytest.raises(KitError) as raised:
+        grading.Grader(course, Limits(wall_seconds=30), jobs=1)
+    message = str(raised.value)
+    assert "Unknown option --as-pid-1" in message and "--fresh-sandbox" in message
+    assert "\n" not in message

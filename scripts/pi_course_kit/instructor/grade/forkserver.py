@@ -131,7 +131,6 @@ def child(request: dict[str, Any], report: int, log: int) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     os.environ[request["report_env"]] = f"/proc/self/fd/{REPORT_FD}"
-    sys.path.insert(0, request["cwd"])  # what `python -m pytest` puts first
     sys.argv = ["pytest", *request["args"]]
     random.seed()
     import pytest

@@ -232,9 +232,17 @@ class Grader:
             else:
                 found = bwrap.probe(self.scratch, uids[0])
                 self.level, self.probe_message = found.level, found.message
+                first = self.all_slots[0].server
+                if first is not None:
+                    first.ready()  # here, before any learner: a slot that cannot start fails the batch once
         except bwrap.SandboxUnavailable as error:
             self.close()
             raise KitError(f"cannot grade safely: {error}") from None
+        except slots.ServerFailed as error:
+            self.close()
+            raise KitError(
+                f"{error}; `--fresh-sandbox` grades without it (one sandbox per learner)"
+            ) from None
         except BaseException:
             self.close()
             raise

@@ -88,7 +88,7 @@ class SlotServer:
             answer = self.channel.recv(1 << 16)
         except OSError:
             answer = b""
-        if not answer or not json.loads(answer).get("ready"):
+        if answer != b'{"ready": true}':
             tail = bwrap.read_tail(self.log, 2_000).strip().splitlines()
             self.stop()
             raise ServerFailed(
