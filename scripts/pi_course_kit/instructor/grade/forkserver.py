@@ -128,8 +128,8 @@ def child(request: dict[str, Any], report: int, log: int) -> int:
         resource.setrlimit(RLIMITS[key], (int(value), int(value)))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update(request["env"])  # over the sandbox's own (bwrap --clearenv, then --setenv)
+    os.environ["PWD"] = request["cwd"]
     os.environ[request["report_env"]] = f"/proc/self/fd/{REPORT_FD}"
     sys.argv = ["pytest", *request["args"]]
     random.seed()
