@@ -33,6 +33,18 @@ if _os.fork() == 0:
 """
 
 
+SEES = """
+import os as _os
+import sys as _sys
+
+raise RuntimeError(
+    "SEES " + _os.getcwd() + " " + _os.environ.get("PWD", "") + " " + str(_os.getuid() != 0)
+    + " " + ",".join(sorted(_os.environ)) + " " + _os.environ["HOME"] + _os.environ["TMPDIR"]
+    + " " + ":".join(_sys.path[:3])
+)
+"""
+
+
 @pytest.fixture(scope="module")
 def grader(course: Course, checkpoint: Checkpoint) -> Iterator[grading.Grader]:
     """One grader with a single slot, its batch prepared."""
@@ -124,16 +136,25 @@ def test_a_fresh_sandbox_per_learner_grades_the_same(
     """Does --fresh-sandbox (one sandbox per learner, no fork server) give the same records as the default slots?"""
     complete = make_learner(course, checkpoint, tmp_path / "complete", labs_from_solution=True)
     untouched = make_learner(course, checkpoint, tmp_path / "untouched")
+    # What learner code sees of its process, told through the one channel it has: an import error.
+    probe = make_learner(course, checkpoint, tmp_path / "probe", labs_from_solution=True)
+    tool = probe / "pi_course/tool.py"
+    tool.write_text(tool.read_text(encoding="utf-8") + SEES, encoding="utf-8")
     found = {}
     for mode in ([], ["--fresh-sandbox"]):
         out = tmp_path / f"grades{len(mode)}.jsonl"
-        code = cli.main(["grade", str(complete), str(untouched), "--json", str(out), "--quiet", *mode])
+        folders = [str(complete), str(untouched), str(probe)]
+        code = cli.main(["grade", *folders, "--json", str(out), "--quiet", *mode])
         records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-        found[bool(mode)] = (code, [(r["status"], r["passed"], r["flags"], r["sandbox"]) for r in records])
+        found[bool(mode)] = (
+            code,
+            [(r["status"], r["passed"], r["flags"], r["sandbox"], r["message"]) for r in records],
+        )
     assert found[False] == found[True]
-    complete_row, untouched_row = found[False][1]
+    complete_row, untouched_row, probe_row = found[False][1]
     assert complete_row[0] == grading.COMPLETE and complete_row[1] > 0
     assert untouched_row[:2] == (grading.NOT_STARTED, 0)
+    assert "SEES" in probe_row[4] and "/grade/work/tree" in probe_row[4]
 
 
 def test_fresh_sandbox_and_unsafe_together_are_refused(
