@@ -115,7 +115,7 @@ def test_stored_outputs_are_fresh(cp: Checkpoint, stored: NotebookNode, repo_run
 def test_starter_errors_are_one_line_lab_boxes(path: Path, course: Course, cp: Checkpoint) -> None:
     """On the starter, is every error an expected lab error in a tagged cell, shown as one line, not a traceback?"""
     starter = course.root / cp.starter
-    assert nbrun.notebook_errors(path, starter, allow_lab_errors=True) == []
+    assert nbrun.notebook_errors(path, starter, package=course.package, allow_lab_errors=True) == []
     executed = nbrun.execute(nbrun.load(path), cwd=starter.resolve(), env=nbrun.kernel_env(starter))
     errors = [out for cell in code_cells(executed) for out in cell.outputs if out.output_type == "error"]
     assert errors, "the starter's unfinished labs should show up"

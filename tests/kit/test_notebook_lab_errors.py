@@ -50,7 +50,7 @@ def raised(error: BaseException) -> tuple[type[BaseException], BaseException, Tr
 def test_an_unfinished_lab_becomes_one_line_naming_lab_target_place_and_hint() -> None:
     """Does a LabNotImplemented show as `Lab 6.1 未完成：object_schema · <file:line> · pi-course hint 6.1`?"""
     shell = FakeShell()
-    assert lab_errors.install(shell)
+    assert lab_errors.install("pi_course", shell)
     assert shell.registered is not None
     types, handler = shell.registered
     etype, value, tb = raised(LabNotImplemented("6.1", "object_schema"))
@@ -66,7 +66,7 @@ def test_an_unfinished_lab_becomes_one_line_naming_lab_target_place_and_hint() -
 def test_any_other_error_keeps_its_full_traceback() -> None:
     """Does a plain NotImplementedError (a learner's own) go to the normal traceback, not the box?"""
     shell = FakeShell()
-    lab_errors.install(shell)
+    lab_errors.install("pi_course", shell)
     assert shell.registered is not None
     etype, value, tb = raised(NotImplementedError("mine"))
     shell.registered[1](shell, etype, value, tb)
@@ -83,7 +83,7 @@ def test_the_box_points_at_the_line_inside_pi_course(tmp_path: Path) -> None:
     exec(compile(source, str(package / "tool.py"), "exec"), namespace)
     _, value, tb = raised_from(namespace["object_schema"])
     assert (
-        lab_errors.box(value, tb)
+        lab_errors.box(value, tb, "pi_course")
         == "Lab 6.1 未完成：object_schema · pi_course/tool.py:2 · pi-course hint 6.1"
     )
 
@@ -100,7 +100,7 @@ def raised_from(function: Any) -> tuple[type[BaseException], BaseException, Trac
 
 def test_install_outside_ipython_does_nothing() -> None:
     """In a plain interpreter (no IPython shell), does install() report False instead of failing?"""
-    assert lab_errors.install() is False
+    assert lab_errors.install("pi_course") is False
 
 
 def test_learner_copy_drops_outputs_counts_and_repository_only_cells(tmp_path: Path) -> None:

@@ -168,12 +168,14 @@ def test_notebook_errors_names_each_offending_cell(
         ("# Step 2 · untagged\nobject_schema({})", False),
         ("# Step 3 · typo\nundefined_name", False),
     )
-    lines = nbrun.notebook_errors(path, course.root / checkpoint.starter, allow_lab_errors=True)
+    lines = nbrun.notebook_errors(
+        path, course.root / checkpoint.starter, package=course.package, allow_lab_errors=True
+    )
     assert len(lines) == 2
     assert lines[0].startswith("small.ipynb cell 2 (# Step 2 · untagged): LabNotImplemented")
     assert "raises-exception" in lines[0]
     assert lines[1] == "small.ipynb cell 3 (# Step 3 · typo): NameError: name 'undefined_name' is not defined"
-    strict = nbrun.notebook_errors(path, course.root / checkpoint.starter)
+    strict = nbrun.notebook_errors(path, course.root / checkpoint.starter, package=course.package)
     assert len(strict) == 3
 
 
@@ -220,7 +222,7 @@ def test_nbrun_command_refuses_bad_input_with_exit_2(
 
 def test_notebook_errors_refuses_a_folder_without_pi_course(tmp_path: Path, notebook_path: Path) -> None:
     """Given a tree without pi_course, does notebook_errors say so in one line instead of starting a kernel?"""
-    lines = nbrun.notebook_errors(notebook_path, tmp_path)
+    lines = nbrun.notebook_errors(notebook_path, tmp_path, package="pi_course")
     assert lines == [f"{tmp_path}: no pi_course/__init__.py; pass a tree holding the pi_course package"]
 
 

@@ -71,7 +71,9 @@ def _notebook_job(
             nbrun = importlib.import_module("pi_course_kit.notebook.nbrun")
         except ImportError as error:
             return [f"{checkpoint.notebook}: cannot execute notebooks: the kit has no nbrun ({error})"]
-        problems: list[str] = nbrun.notebook_errors(notebook, course.root / tree, allow_lab_errors=starter)
+        problems: list[str] = nbrun.notebook_errors(
+            notebook, course.root / tree, package=course.package, allow_lab_errors=starter
+        )
         return [f"{checkpoint.notebook} on {tree}: {problem}" for problem in problems]
 
     return run

@@ -126,7 +126,8 @@ _last_full: dict[Path, tuple[str, CheckReport]] = {}
 def fingerprint(course: Course, checkpoint: Checkpoint, tree: Path) -> str:
     """A digest of everything a run depends on: the tree's package, the tests, the manifest."""
     digest = hashlib.sha256()
-    files = sorted(p for p in (tree / "pi_course").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    package = tree / course.package
+    files = sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     files += [course.root / name for name in (*checkpoint.tree_tests, *checkpoint.tree_support)]
     files.append(course.path)
     for path in files:

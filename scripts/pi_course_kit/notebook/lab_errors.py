@@ -8,54 +8,58 @@ and Run All with the `raises-exception` tag behave as before; only the traceback
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 LAB_ERROR = "LabNotImplemented"
-PACKAGE = "pi_course"
 # Course language first; a gettext catalog can replace this template later.
 BOX = "Lab {lab} 未完成：{target} · {where} · pi-course hint {lab}"
 
 
 def is_lab_error(error: BaseException) -> bool:
-    """True for pi_course's LabNotImplemented, recognised by class name so the kit never imports it."""
+    """True for the course package's LabNotImplemented, recognised by class name so the kit never imports it."""
     return any(cls.__name__ == LAB_ERROR for cls in type(error).__mro__)
 
 
-def _where(tb: TracebackType | None) -> str:
+def _where(tb: TracebackType | None, package: str) -> str:
     """`pi_course/tool.py:96`: the deepest frame in the package that is not the error class itself."""
     found = ""
     for frame in traceback.extract_tb(tb):
         path = Path(frame.filename)
-        if path.parent.name == PACKAGE and path.name != "lab.py":
-            found = f"{PACKAGE}/{path.name}:{frame.lineno}"
-    return found or PACKAGE
+        if path.parent.name == package and path.name != "lab.py":
+            found = f"{package}/{path.name}:{frame.lineno}"
+    return found or package
 
 
-def box(error: BaseException, tb: TracebackType | None) -> str:
-    """The one line a learner sees for an unfinished lab."""
+def box(error: BaseException, tb: TracebackType | None, package: str) -> str:
+    """The one line a learner sees for an unfinished lab raised in the course package `package`."""
     lab = str(getattr(error, "lab", "") or "?")
     target = str(getattr(error, "target", "") or error)
-    return BOX.format(lab=lab, target=target, where=_where(tb))
+    return BOX.format(lab=lab, target=target, where=_where(tb, package))
 
 
-def _handler(
-    shell: Any,
-    etype: type[BaseException],
-    value: BaseException,
-    tb: TracebackType | None,
-    tb_offset: Any = None,
-) -> None:
-    if not is_lab_error(value):
-        # A learner's own bug needs the whole traceback.
-        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
-        return
-    # _showtraceback is the kernel's one place that emits the error output (ename, evalue, lines).
-    shell._showtraceback(etype, value, [box(value, tb)])
+def _handler_for(package: str) -> Callable[..., None]:
+    # IPython hands the handler only the shell and the exception, so the package rides in the closure.
+    def handler(
+        shell: Any,
+        etype: type[BaseException],
+        value: BaseException,
+        tb: TracebackType | None,
+        tb_offset: Any = None,
+    ) -> None:
+        if not is_lab_error(value):
+            # A learner's own bug needs the whole traceback.
+            shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+            return
+        # _showtraceback is the kernel's one place that emits the error output (ename, evalue, lines).
+        shell._showtraceback(etype, value, [box(value, tb, package)])
+
+    return handler
 
 
-def install(shell: Any = None) -> bool:
+def install(package: str, shell: Any = None) -> bool:
     """Route LabNotImplemented (a NotImplementedError) to the one-line box; False outside IPython."""
     if shell is None:
         try:
@@ -65,5 +69,5 @@ def install(shell: Any = None) -> bool:
         shell = get_ipython()
     if shell is None:
         return False
-    shell.set_custom_exc((NotImplementedError,), _handler)
+    shell.set_custom_exc((NotImplementedError,), _handler_for(package))
     return True

@@ -25,6 +25,7 @@ from nbformat import NotebookNode
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import replace_file
 from pi_course_kit.notebook.helpers import TREE_ENV
+from pi_course_kit.notebook.tree import course_of
 
 KERNEL_NAME = "python3"
 LAB_ERROR = "LabNotImplemented"
@@ -135,16 +136,17 @@ def cell_errors(nb: NotebookNode, *, allow_lab_errors: bool = False, name: str =
 
 
 def notebook_errors(
-    notebook: Path, tree: Path, *, allow_lab_errors: bool = False, timeout: float = 120
+    notebook: Path, tree: Path, *, package: str, allow_lab_errors: bool = False, timeout: float = 120
 ) -> list[str]:
     """Execute a copy of `notebook` against `tree`; one line per offending cell, empty when all is fine.
 
-    `timeout` bounds each cell. With `allow_lab_errors`, a `LabNotImplemented` in a cell tagged
-    `raises-exception` is expected (the starter); any other error is reported.
+    `tree` must hold the course's `package` (course.toml's [course] package). `timeout` bounds each
+    cell. With `allow_lab_errors`, a `LabNotImplemented` in a cell tagged `raises-exception` is
+    expected (the starter); any other error is reported.
     """
     notebook, tree = Path(notebook), Path(tree)
-    if not (tree / "pi_course" / "__init__.py").is_file():
-        return [f"{tree}: no pi_course/__init__.py; pass a tree holding the pi_course package"]
+    if not (tree / package / "__init__.py").is_file():
+        return [f"{tree}: no {package}/__init__.py; pass a tree holding the {package} package"]
     nb = load(notebook)
     problems = [f"{notebook.name}: {line}" for line in validation_errors(nb)]
     try:
@@ -258,7 +260,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     action.add_argument("--check-fresh", action="store_true", help="fail when stored outputs are stale")
     action.add_argument("--errors", action="store_true", help="run against --tree and list offending cells")
     parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK")
-    parser.add_argument("--tree", type=Path, help="folder holding pi_course (with --errors)")
+    parser.add_argument("--tree", type=Path, help="folder holding the course's package (with --errors)")
     parser.add_argument("--allow-lab-errors", action="store_true", help="LabNotImplemented is expected")
     parser.add_argument("--timeout", type=float, default=120, help="seconds per cell (default 120)")
 
@@ -269,7 +271,9 @@ def run(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise KitError(f"notebook not found: {path}; pass the path of an .ipynb file")
     if args.errors and args.tree is None:
-        raise KitError("--errors needs --tree DIR (a folder holding pi_course)")
+        raise KitError("--errors needs --tree DIR (a folder holding the course's package)")
+    # Only --errors runs a given tree; the other actions leave the kernel to find the solution itself.
+    package = course_of(args.tree).package if args.errors else ""
     problems: list[str] = []
     for path in args.notebooks:
         started = time.perf_counter()
@@ -280,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
             found = freshness_problems(path, args.timeout)
         else:
             found = notebook_errors(
-                path, args.tree, allow_lab_errors=args.allow_lab_errors, timeout=args.timeout
+                path, args.tree, package=package, allow_lab_errors=args.allow_lab_errors, timeout=args.timeout
             )
         # On stderr, so that stdout holds only the problems; benchmarks/README.md records these figures.
         print(f"{path}: executed in {time.perf_counter() - started:.1f} s", file=sys.stderr)
