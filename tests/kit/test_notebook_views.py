@@ -5,6 +5,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
+import pytest
+from pi_course_kit.core import i18n, records
 from pi_course_kit.notebook.checks import CheckReport
 from pi_course_kit.notebook.views import JsonView, Table
 from pi_course_kit.teaching.diagram import Stage, flow
@@ -40,7 +42,30 @@ def test_repeated_failure_messages_are_shown_once_with_their_count() -> None:
     other = [{"nodeid": "t::x", "outcome": "failed", "message": "other"}]
     text = str(report(same + other))
     assert "✗ ×5 Lab 1.1 not implemented: f" in text and "✗ ×1 other" in text
-    assert text.count("not implemented") == 1 and "Lab 1.1：0/6 未开始" in text
+    assert text.count("not implemented") == 1 and "Lab 1.1：0/6 not started" in text
+
+
+def test_check_tables_use_the_reports_status_words_in_the_course_language(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In Chinese, does each row say its status as `pi-course check` does: blocker and optional flag included?"""
+    monkeypatch.setenv(i18n.LANG_ENV, "zh_CN")
+    monkeypatch.setattr(i18n, "_current", None)
+    labs: list[dict[str, Any]] = [
+        {"id": "1.1", "passed": 2, "total": 2, "status": "done", "title": "a"},
+        {"id": "1.2", "passed": 0, "total": 3, "status": "blocked", "blocked_by": "1.1", "title": "b"},
+        {"id": "1.3", "passed": 0, "total": 1, "status": "not started", "optional": True, "title": "c"},
+    ]
+    shown = CheckReport("1.2", "python -m pytest -m lab1_2", "./pi_course", 1, labs, [], None)
+    text, page = str(shown), shown._repr_html_()
+    assert "Lab 1.2：0/3 被 1.1 阻塞" in text.splitlines()
+    for words in ("已完成", "被 1.1 阻塞", "未开始（选做）"):
+        assert f"  {words}  " in text and f"font-weight:bold'>{words}</td>" in page
+    for row in labs:
+        report_words = records.status_text(
+            str(row["status"]), row.get("blocked_by"), bool(row.get("optional"))
+        )
+        assert report_words in text
 
 
 def test_diagram_is_valid_svg_with_each_stage_and_each_exit_labelled() -> None:

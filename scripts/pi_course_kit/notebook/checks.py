@@ -12,13 +12,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pi_course_kit.core import manifest, runner, staging
+from pi_course_kit.core import manifest, records, runner, staging
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.notebook.tree import current_tree
 from pi_course_kit.notebook.views import MONO
 
-# Course language; a gettext catalog can take these over.
-STATUS_TEXT = {"done": "完成", "failing": "未通过", "not started": "未开始", "blocked": "受阻"}
 STATUS_COLOURS = {"done": "#1a7f37", "failing": "#cf222e", "not started": "#9a6700", "blocked": "#8250df"}
 MAX_FAILURES = 3
 
@@ -51,9 +49,7 @@ class CheckReport:
         row = next((r for r in self.labs if r["id"] == self.lab), None)
         if row is None:
             return f"Lab {self.lab}：没有运行任何测试"
-        return (
-            f"Lab {self.lab}：{row['passed']}/{row['total']} {STATUS_TEXT.get(row['status'], row['status'])}"
-        )
+        return f"Lab {self.lab}：{row['passed']}/{row['total']} {self._status(row)}"
 
     def failure_groups(self) -> tuple[list[tuple[str, int]], int]:
         """Distinct failure messages with how many tests gave each (first few), and how many more there are."""
@@ -62,8 +58,8 @@ class CheckReport:
         return groups[:MAX_FAILURES], max(0, len(groups) - MAX_FAILURES)
 
     def _status(self, row: dict[str, Any]) -> str:
-        text = str(STATUS_TEXT.get(row["status"], row["status"]))
-        return text + (f"（被 Lab {row['blocked_by']} 挡住）" if row.get("blocked_by") else "")
+        # The terminal report's words, so the notebook and `pi-course check` name a status alike.
+        return records.status_text(str(row["status"]), row.get("blocked_by"), bool(row.get("optional")))
 
     def _next(self) -> str:
         # A green run has nothing left to edit, whatever an optional lab elsewhere says.

@@ -24,6 +24,7 @@ from nbformat import NotebookNode
 
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import replace_file
+from pi_course_kit.core.i18n import DEFAULT_LANGUAGE, LANG_ENV
 from pi_course_kit.notebook.helpers import TREE_ENV
 from pi_course_kit.notebook.tree import course_of
 
@@ -69,12 +70,15 @@ def validation_errors(nb: NotebookNode) -> list[str]:
 
 
 def kernel_env(tree: Path | None) -> dict[str, str]:
-    """The kernel's environment: this one, with the tree override set (or removed for repo mode)."""
+    """The kernel's environment: this one in the course language, the tree override set (or removed for repo mode)."""
     env = dict(os.environ)
     env.pop(TREE_ENV, None)
     env.pop("PYTHONPATH", None)  # exactly one tree may be importable in the kernel
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    # Stored outputs are compared across machines: the kernel speaks the course language, whatever the
+    # caller's locale or --lang, so a refresh on an English desktop keeps the learner's words.
+    env[LANG_ENV] = DEFAULT_LANGUAGE
     if tree is not None:
         env[TREE_ENV] = str(tree.resolve())
     return env
