@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from learner_support import run_cli, snapshot
-from pi_course_kit.core import manifest
+from pi_course_kit.core import files, manifest
+from pi_course_kit.core.folder import META_PATH, sha256_file
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor import promises
+from pi_course_kit.learner import lineage, practice
 
 COURSE = manifest.load()
 CHILDREN = [cp.id for cp in COURSE.checkpoints if cp.parent is not None]
@@ -106,6 +109,39 @@ def test_practice_from_a_finished_parent_folder_carries_the_learners_own_files(
     )
     assert red.returncode == 1
     assert child.first_red_prefix in red.stdout
+
+
+def test_practice_from_writes_the_metadata_once_with_the_carried_files_and_their_origin(
+    tmp_path: Path, course: Course, child: Checkpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Is the child's meta.json written in one atomic write, hashing the learner's files and naming their folder?"""
+    parent = course.parent_of(child)
+    assert parent is not None
+    mine = practice.create(course, parent, tmp_path / "mine")
+    for relative in parent.teaching_files:
+        (mine / relative).write_text("# my own work\n", encoding="utf-8")
+    # Whether the parent is green has its own tests; here only the writing counts.
+    monkeypatch.setattr(lineage, "unfinished_labs", lambda *args: [])
+    written: list[Path] = []
+    real = files.replace_file
+
+    def counted(path: Path, write: Callable[[Path], None]) -> None:
+        written.append(path)
+        real(path, write)
+
+    monkeypatch.setattr(files, "replace_file", counted)
+    made = lineage.create_from(course, child, mine, tmp_path / "next")
+    # One write, of the metadata, inside the folder being built (renamed into place afterwards).
+    assert [Path(*path.parts[-2:]) for path in written] == [META_PATH]
+    meta = json.loads((made / META_PATH).read_text(encoding="utf-8"))
+    assert meta["checkpoint"] == child.id
+    assert meta["from"] == {
+        "folder": str(mine.resolve()),
+        "checkpoint": parent.id,
+        "files": list(parent.teaching_files),
+    }
+    for relative in parent.teaching_files:
+        assert meta["files"][relative] == sha256_file(made / relative) == sha256_file(mine / relative)
 
 
 def test_practice_from_a_folder_of_the_wrong_checkpoint_is_refused(tmp_path: Path, child: Checkpoint) -> None:

@@ -17,7 +17,7 @@ from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.records import DONE
 from pi_course_kit.core.runner import run_tests
 from pi_course_kit.core.staging import staged
-from pi_course_kit.learner.practice import check_destination, fill, meta_record
+from pi_course_kit.learner.practice import check_destination, fill_files, meta_record
 
 
 def parent_checkpoint(course: Course, checkpoint: Checkpoint) -> Checkpoint:
@@ -69,9 +69,10 @@ def create_from(course: Course, checkpoint: Checkpoint, source: Path, dest: Path
         )
 
     def fill_from(root: Path) -> None:
-        fill(course, checkpoint, root)
+        fill_files(course, checkpoint, root)
         for relative in parent.teaching_files:
             shutil.copyfile(folder.root / relative, root / relative)
+        # Hashed after the carry-over, so `status` counts the learner's own files as shipped, not changed.
         meta = meta_record(course, checkpoint, root)
         meta["from"] = {
             "folder": str(folder.root),

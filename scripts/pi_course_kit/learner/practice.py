@@ -256,8 +256,8 @@ def meta_record(course: Course, checkpoint: Checkpoint, root: Path) -> dict[str,
     }
 
 
-def fill(course: Course, checkpoint: Checkpoint, root: Path) -> None:
-    """Write every file of a practice folder into `root` (a fresh temporary folder)."""
+def fill_files(course: Course, checkpoint: Checkpoint, root: Path) -> None:
+    """Write every file of a practice folder into `root` (a fresh temporary folder), all but its meta.json."""
     starter = course.root / checkpoint.starter
     os.chmod(root, 0o777 & ~current_umask())  # the temporary folder starts private (0700)
     stage_tree(course, checkpoint, starter, root)
@@ -277,6 +277,11 @@ def fill(course: Course, checkpoint: Checkpoint, root: Path) -> None:
     for relative in checkpoint.teaching_files:
         (pristine / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(starter / relative, pristine / relative)
+
+
+def fill(course: Course, checkpoint: Checkpoint, root: Path) -> None:
+    """Write a whole practice folder into `root` (a fresh temporary folder): its files, then meta.json once."""
+    fill_files(course, checkpoint, root)
     write_json_atomically(root / META_DIR / META_FILE, meta_record(course, checkpoint, root))
 
 
