@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor.grade.grader import edited_tests
 from pi_course_kit.learner import practice
 
 GRADE_OPTIONS = ["--jobs", "2", "--timeout", "60"]
@@ -178,6 +179,21 @@ def test_edited_tests_are_flagged_and_have_no_effect(graded: dict[str, Any]) -> 
     assert any("tests edited" in flag for flag in record["flags"])
     assert record["status"] == "not started"
     assert record["total"] == records(graded)["complete"]["total"]
+
+
+def test_a_catalog_from_an_older_kit_is_no_test_edit_but_an_edited_conftest_is(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Is a folder whose translation catalog predates a kit upgrade left unflagged, while an edited conftest.py is flagged?"""
+    folder = make_learner(course, checkpoint, tmp_path / "older-kit")
+    catalogs = list((folder / "tests").rglob("*.mo"))
+    assert catalogs
+    for catalog in catalogs:
+        catalog.write_bytes(catalog.read_bytes() + b"older")
+    assert edited_tests(course, checkpoint, folder) == []
+    conftest = folder / "tests/conftest.py"
+    conftest.write_text(conftest.read_text(encoding="utf-8") + "\n# mine\n", encoding="utf-8")
+    assert edited_tests(course, checkpoint, folder) == ["tests/conftest.py (changed)"]
 
 
 def test_skipped_tests_never_count_as_passed(graded: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
 from collections.abc import Sequence
 
 XML_PROLOGUE = re.compile(r"^.*?(?=<svg)", re.DOTALL)
@@ -14,8 +15,12 @@ def _svg(figure: object) -> str:
 
     assert isinstance(figure, Figure)
     buffer = io.StringIO()
-    # No date and a fixed id salt, so the same class always gives the same page.
-    figure.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    with warnings.catch_warnings():
+        # matplotlib measures labels with its own font, which may lack CJK glyphs; the SVG keeps them as
+        # text (svg.fonttype "none") and the browser draws them with its fonts, so the warning says nothing.
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
+        # No date and a fixed id salt, so the same class always gives the same page.
+        figure.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
     return XML_PROLOGUE.sub("", buffer.getvalue(), count=1)
 
 
@@ -24,12 +29,14 @@ def _figure(width: float, height: float) -> object:
 
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.hashsalt"] = "pi-course"
+    # Text stays text in the SVG, so the browser draws the labels (Chinese included) with its own fonts.
+    matplotlib.rcParams["svg.fonttype"] = "none"
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), dpi=96)
 
 
-def score_histogram(scores: Sequence[float], maximum: float) -> str:
+def score_histogram(scores: Sequence[float], maximum: float, xlabel: str, ylabel: str) -> str:
     """A histogram of the learners' scores from 0 to `maximum`, as an SVG element."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -42,14 +49,14 @@ def score_histogram(scores: Sequence[float], maximum: float) -> str:
     clipped = [min(max(score, 0.0), top) for score in scores]
     axes.hist(clipped, bins=bins, color="#3b7dd8", edgecolor="white")
     axes.set_xlim(0, top)
-    axes.set_xlabel(f"score (of {top:g} points)")
-    axes.set_ylabel("learners")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes.spines[["top", "right"]].set_visible(False)
     return _svg(figure)
 
 
-def pass_rates(labels: Sequence[str], rates: Sequence[float]) -> str:
+def pass_rates(labels: Sequence[str], rates: Sequence[float], xlabel: str) -> str:
     """A horizontal bar per lab: the share of graded learners who finished it, as an SVG element."""
     from matplotlib.figure import Figure
 
@@ -62,6 +69,6 @@ def pass_rates(labels: Sequence[str], rates: Sequence[float]) -> str:
     axes.set_yticks(positions, labels=list(labels))
     axes.invert_yaxis()
     axes.set_xlim(0, 110)
-    axes.set_xlabel("learners who finished the lab (%)")
+    axes.set_xlabel(xlabel)
     axes.spines[["top", "right"]].set_visible(False)
     return _svg(figure)

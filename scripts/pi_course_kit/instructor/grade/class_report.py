@@ -106,7 +106,11 @@ def render(course: Course, records: Sequence[LearnerRecord], mutations: Mutation
     out.append("<p>" + "；".join(f"{escape(k)} {v}" for k, v in sorted(statuses.items())) + "</p>")
 
     out.append('<h2 id="distribution">分数分布</h2>')
-    out.append(charts.score_histogram(scores, maximum) if graded else "<p>没有已评分的提交。</p>")
+    out.append(
+        charts.score_histogram(scores, maximum, texts.score_axis(maximum), texts.LEARNERS)
+        if graded
+        else f"<p>{texts.NOTHING_GRADED}</p>"
+    )
 
     out.append('<h2 id="labs">各实验完成率</h2>')
     lab_rows = checkpoint.labs if checkpoint else ()
@@ -115,7 +119,7 @@ def render(course: Course, records: Sequence[LearnerRecord], mutations: Mutation
         done = sum(1 for record in graded for s in record.labs if s.id == lab.id and s.status == "done")
         rates.append(done / len(graded) if graded else 0.0)
     if lab_rows and graded:
-        out.append(charts.pass_rates([f"Lab {lab.id}" for lab in lab_rows], rates))
+        out.append(charts.pass_rates([f"Lab {lab.id}" for lab in lab_rows], rates, texts.FINISHED_AXIS))
     out.append("<table><tr><th>实验</th><th>分值</th><th>计分</th><th>完成</th></tr>")
     for lab, rate in zip(lab_rows, rates, strict=True):
         optional = f"（{texts.OPTIONAL}）" if lab.optional else ""

@@ -555,9 +555,14 @@ def _verdicts(reference: Reference, by_node: dict[str, dict[str, Any]]) -> list[
 
 
 def edited_tests(course: Course, checkpoint: Checkpoint, folder: Path) -> list[str]:
-    """The learner's copies of the focused tests (and pytest.ini) that differ from the kit's."""
+    """The learner's copies of the focused tests (and pytest.ini) that differ from the kit's.
+
+    Only code counts: a translation catalog from an older kit (a folder made before an upgrade) is no edit.
+    """
     edited = []
     for name, source in test_files(course, checkpoint).items():
+        if not name.endswith(".py"):
+            continue
         shown = f"{TESTS_DIR}/{name}"
         expected = source.read_bytes()
         try:

@@ -45,6 +45,9 @@ _CREDIT_RULE = {
 
 #: Attribute name -> msgid; read as `texts.NAME`, translated when read (see __getattr__).
 _WORDS = {
+    "LEARNERS": "learners",
+    "FINISHED_AXIS": "learners who finished the lab (%)",
+    "NOTHING_GRADED": "No submission was graded.",
     "FEEDBACK_TITLE": "Grading feedback",
     "CHECKPOINT": "Checkpoint",
     "TOTAL": "Total",
@@ -69,6 +72,11 @@ def __getattr__(name: str) -> str:
     if name in _WORDS:
         return _(_WORDS[name])
     raise AttributeError(name)
+
+
+def score_axis(maximum: float) -> str:
+    """The score histogram's axis label."""
+    return _("score (of {points} points)").format(points=f"{maximum:g}")
 
 
 def lab_status(status: str) -> str:
