@@ -11,7 +11,7 @@ changes this process's limits makes the server quit, so the grader builds a fres
 Protocol (a SOCK_SEQPACKET socket whose descriptor is the one argument, one JSON object per message):
 - server -> grader, once: {"ready": true}
 - grader -> server, per run, with two descriptors (report file, output log) attached:
-  {"cwd", "args", "env", "uid", "limits", "wall_seconds"}
+  {"cwd", "args", "env", "uid", "limits", "wall_seconds", "report_env"}
 - server -> grader: {"returncode", "timed_out", "seconds", "fresh"}; "fresh": false means the server
   is about to exit and the grader must start a new sandbox before the next run.
 Why by hand: no kept library forks a preloaded interpreter into a sandbox it shares with nothing.
@@ -240,7 +240,7 @@ def serve(channel: socket.socket) -> int:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            channel.detach()  # its descriptor is replaced by the report's in `child`
+            channel.detach()  # the descriptor is closed in `child`, with every other one it does not need
             try:
                 return child(request, report, log)
             except BaseException as error:  # a set-up failure, before or around pytest
