@@ -15,7 +15,7 @@ from pi_course_kit import cli
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.staging import TESTS_DIR
-from pi_course_kit.instructor.grade import bwrap
+from pi_course_kit.instructor.grade import bwrap, slots
 from pi_course_kit.instructor.grade import grader as grading
 from pi_course_kit.instructor.grade.sandbox import Limits
 from test_grade import make_learner, partial_tool
@@ -180,3 +180,56 @@ def test_a_slot_that_cannot_start_stops_grading_before_any_learner_with_the_way_
     message = str(raised.value)
     assert "Unknown option --as-pid-1" in message and "--fresh-sandbox" in message
     assert "\n" not in message
+
+
+ONLY_ALLOWED_MODULES = """
+import os
+import sys
+import sysconfig
+
+import hypothesis.strategies
+import pytest
+from hypothesis import given
+
+
+@given(hypothesis.strategies.integers())
+def test_every_module_comes_from_the_allow_list(number):
+    stdlib = sysconfig.get_paths()["stdlib"]
+    outside = sorted(
+        module.__file__
+        for module in list(sys.modules.values())
+        if getattr(module, "__file__", None)
+        and not module.__file__.startswith(("/grade/", os.getcwd()))
+        and (not module.__file__.startswith(stdlib) or "-packages" in module.__file__)
+    )
+    assert not outside, " ".join(outside)
+"""
+
+
+def test_a_run_imports_nothing_from_outside_the_bound_packages(tmp_path: Path) -> None:
+    """In a slot, do pytest, its plugins and hypothesis load only from the bound site-packages (never the base Python's)?"""
+    kit, work = tmp_path / "kit", tmp_path / "work"
+    kit.mkdir()
+    (work / "tree").mkdir(parents=True)
+    slots.install(kit)
+    (work / "tree/test_modules.py").write_text(ONLY_ALLOWED_MODULES, encoding="utf-8")
+    server = slots.SlotServer(
+        work, kit, bwrap.FIRST_UID if os.geteuid() == 0 else None, grading.RUN_ENV, tmp_path / "log"
+    )
+    try:
+        out = tmp_path / "out"
+        out.mkdir()
+        args = [
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "pytest_timeout",
+            "--disable-plugin-autoload",
+            "--tb=short",
+        ]
+        run = server.run(args, Limits(wall_seconds=60), {}, out)
+    finally:
+        server.stop()
+    assert run.returncode == 0, run.output[-3000:]
+    assert "1 passed" in run.output

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib
+import functools
+import importlib.metadata
+import json
 import os
 import shutil
 import signal
@@ -32,21 +34,10 @@ BWRAP, UNSAFE = "bwrap", "limits (--unsafe)"
 WORK, SITE, KIT = "/grade/work", "/grade/site-packages", "/grade/kit"
 TREE = f"{WORK}/tree"  # the staged copy, always at this path, so one compiled test module fits every learner
 SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
-# What the focused tests and the report import besides the standard library and pi_course.
-PACKAGES = (
-    "pytest",
-    "_pytest",
-    "pluggy",
-    "iniconfig",
-    "packaging",
-    "pytest_timeout",
-    "hypothesis",
-    "sortedcontainers",
-    "attr",
-    "attrs",
-    "exceptiongroup",
-    "tomli",
-)
+# What the focused tests and the report import besides the standard library and pi_course. The
+# sandbox gets these distributions and everything they require here (pygments, pluggy, attrs, ...),
+# each with every top-level module it installs (pytest brings `py.py`, hypothesis `_hypothesis_*`).
+ROOTS = ("pytest", "pytest-timeout", "hypothesis")
 SYSTEM = ("/usr", "/etc/ld.so.cache", "/etc/alternatives")
 FIRST_UID, UID_SLOTS = 200_000, 4096
 SCRATCH_BYTES = 64 * 1024 * 1024
@@ -79,20 +70,67 @@ class Probe:
     message: str
 
 
-def site_paths() -> list[Path]:
-    """The installed files of the packages the tests import (directories or single modules)."""
-    paths = []
-    for name in PACKAGES:
+def distributions() -> list[importlib.metadata.Distribution]:
+    """ROOTS and, transitively, every distribution they require on this Python (markers evaluated)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    found: dict[str, importlib.metadata.Distribution] = {}
+    wanted = list(ROOTS)
+    while wanted:
+        name = wanted.pop()
+        key = name.lower().replace("_", "-")
+        if key in found:
+            continue
         try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        origin = getattr(module, "__file__", None)
-        if origin is None:
-            continue
-        path = Path(origin)
-        paths.append(path.parent if path.name == "__init__.py" else path)
-    return paths
+            found[key] = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue  # an optional requirement that is not installed: the tests run without it
+        for line in found[key].requires or ():
+            try:
+                requirement = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                wanted.append(requirement.name)
+    return [found[key] for key in sorted(found)]
+
+
+@functools.cache
+def site_paths() -> tuple[Path, ...]:
+    """The installed top-level modules and packages of `distributions()`, as their installers recorded them."""
+    paths: dict[str, Path] = {}
+    for distribution in distributions():
+        for file in distribution.files or ():
+            top = file.parts[0]
+            if top in ("..", "__pycache__") or top.endswith((".dist-info", ".pth")):
+                continue  # scripts in bin/, caches, metadata and path hooks: nothing a test imports
+            located = Path(str(distribution.locate_file(top)))
+            if located.is_dir() or (top.endswith(".py") and located.is_file()):
+                paths[top] = located
+    return tuple(paths[top] for top in sorted(paths))
+
+
+@functools.cache
+def base_site_dirs() -> tuple[str, ...]:
+    """The base interpreter's own site-packages folders: bound with it, but outside the allow-list.
+
+    Asked of the real interpreter binary itself (outside any venv), so a Debian python names its
+    dist-packages and a pyenv build its lib/python3.X/site-packages.
+    """
+    python, _ = interpreter()
+    ask = "import json, site; print(json.dumps(site.getsitepackages()))"
+    try:
+        found = subprocess.run(
+            [str(python), "-s", "-c", ask],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin"},
+        )
+        folders = json.loads(found.stdout)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return ()
+    return tuple(str(folder) for folder in folders if os.path.isdir(str(folder)))
 
 
 def interpreter() -> tuple[Path, Path]:
@@ -134,6 +172,9 @@ def _sandbox(
         for parent in reversed(path.parents[:-1]):
             argv += ["--perms", "0755", "--dir", str(parent)]
         argv += ["--ro-bind", str(path), str(path)]
+    for folder in base_site_dirs():
+        # Hidden behind an empty read-only folder: only the packages bound below may be imported.
+        argv += ["--tmpfs", folder, "--remount-ro", folder]
     for folder in ("/grade", SITE):
         argv += ["--perms", "0755", "--dir", folder]
     for path in site_paths():
@@ -144,7 +185,7 @@ def _sandbox(
     argv += ["--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp"]
     # Nothing of the host's disk is writable: the slot's folder (the staged copy) is read-only, and the
     # record goes to an inherited descriptor.
-    argv += ["--ro-bind", str(work), WORK, "--chdir", WORK]
+    argv += ["--ro-bind", str(work), WORK]
     if kit is not None:
         argv += ["--ro-bind", str(kit), KIT]
     # bwrap's own root tmpfs (and /grade on it) belong to the sandbox uid in a user namespace: read-only.
@@ -204,7 +245,7 @@ def server_command(
     argv = _sandbox(work, kit, uid, SERVER_CAPS, env, one_run=False)
     # No --die-with-parent: a grading thread that ends must not take the slot with it. The server
     # exits when the grader's end of its socket closes, which happens when the grader dies too.
-    argv += ["--as-pid-1", str(python), "-s", "-P", f"{KIT}/forkserver.py", str(control_fd)]
+    argv += ["--chdir", WORK, "--as-pid-1", str(python), "-s", "-P", f"{KIT}/forkserver.py", str(control_fd)]
     return argv
 
 
