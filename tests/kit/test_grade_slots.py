@@ -16,6 +16,7 @@ from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.staging import TESTS_DIR
 from pi_course_kit.instructor.grade import bwrap, slots
+from pi_course_kit.instructor.grade import cli as grade_cli
 from pi_course_kit.instructor.grade import grader as grading
 from pi_course_kit.instructor.grade.sandbox import Limits
 from test_grade import make_learner, partial_tool
@@ -233,3 +234,22 @@ def test_a_run_imports_nothing_from_outside_the_bound_packages(tmp_path: Path) -
         server.stop()
     assert run.returncode == 0, run.output[-3000:]
     assert "1 passed" in run.output
+
+
+def test_by_default_one_slot_per_usable_cpu_and_never_more_than_submissions(
+    course: Course,
+    checkpoint: Checkpoint,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without --jobs, does grading use one slot per CPU it may run on, but no more slots than submissions?"""
+    assert grade_cli.cpus() == len(os.sched_getaffinity(0))
+    monkeypatch.setattr(grade_cli, "cpus", lambda: 3)  # as on a machine with three CPUs to use
+    root = tmp_path / "submissions"
+    for name in ("a", "b", "c", "d"):
+        make_learner(course, checkpoint, root / name / "pi-practice")
+    assert cli.main(["grade", "--submissions-root", str(root)]) == 0
+    assert "4 submission(s), 3 at a time" in capsys.readouterr().out
+    assert cli.main(["grade", str(root / "a" / "pi-practice")]) == 0
+    assert "1 submission(s), 1 at a time" in capsys.readouterr().out

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -86,7 +87,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--shard", metavar="K/N", help="grade only the K-th of N slices (sorted by learner id)"
     )
-    parser.add_argument("--jobs", type=int, default=2, help="folders graded at once (default 2)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help=f"folders graded at once, one sandbox each (default: the CPUs this process may use, here {cpus()})",
+    )
     parser.add_argument(
         "--checkpoint", help="grade against this checkpoint instead of the one in each meta.json"
     )
@@ -109,6 +115,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a new sandbox for every learner instead of one fork server per job slot (slower, about x2)",
     )
     add_manifest_option(parser)
+
+
+def cpus() -> int:
+    """How many CPUs this process may run on (its affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _check_output(path: Path | None, option: str) -> None:
@@ -200,7 +211,12 @@ def run(args: argparse.Namespace) -> int:
     """Grade every submission (or merge shards); exit 1 when any submission could not be graded."""
     if args.dirs and str(args.dirs[0]) == MERGE:
         return merge(args)
-    if args.jobs < 1 or args.timeout <= 0 or args.memory < 64 or args.processes < 4:
+    if (
+        (args.jobs is not None and args.jobs < 1)
+        or args.timeout <= 0
+        or args.memory < 64
+        or args.processes < 4
+    ):
         raise KitError("--jobs must be >= 1, --timeout > 0, --memory >= 64 (MiB) and --processes >= 4")
     if args.output is not None:
         raise KitError("-o/--output is for `pi-course grade merge`; use --json FILE when grading")
@@ -216,6 +232,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.shard:
         pairs = shards.select(pairs, *shards.parse(args.shard))
+    if args.jobs is None:
+        # Grading is CPU-bound and a slot runs one learner at a time: one slot per usable CPU, and no
+        # more slots than submissions (each slot starts a sandbox).
+        args.jobs = max(1, min(cpus(), len(pairs)))
     limits = Limits(
         wall_seconds=args.timeout,
         memory_bytes=args.memory * MiB,
