@@ -15,7 +15,7 @@ from pi_course_kit import cli
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.staging import TESTS_DIR
-from pi_course_kit.instructor.grade import bwrap, slots
+from pi_course_kit.instructor.grade import bwrap, sandbox, slots
 from pi_course_kit.instructor.grade import cli as grade_cli
 from pi_course_kit.instructor.grade import grader as grading
 from pi_course_kit.instructor.grade.sandbox import Limits
@@ -215,7 +215,7 @@ def test_a_run_imports_nothing_from_outside_the_bound_packages(tmp_path: Path) -
     slots.install(kit)
     (work / "tree/test_modules.py").write_text(ONLY_ALLOWED_MODULES, encoding="utf-8")
     server = slots.SlotServer(
-        work, kit, bwrap.FIRST_UID if os.geteuid() == 0 else None, grading.RUN_ENV, tmp_path / "log"
+        work, kit, bwrap.FIRST_UID if os.geteuid() == 0 else None, sandbox.RUN_ENV, tmp_path / "log"
     )
     try:
         out = tmp_path / "out"
@@ -229,7 +229,7 @@ def test_a_run_imports_nothing_from_outside_the_bound_packages(tmp_path: Path) -
             "--disable-plugin-autoload",
             "--tb=short",
         ]
-        run = server.run(args, Limits(wall_seconds=60), {}, out)
+        run = server.run(args, Limits(wall_seconds=60), out)
     finally:
         server.stop()
     assert run.returncode == 0, run.output[-3000:]

@@ -11,7 +11,7 @@ changes this process's limits makes the server quit, so the grader builds a fres
 Protocol (a SOCK_SEQPACKET socket whose descriptor is the one argument, one JSON object per message):
 - server -> grader, once: {"ready": true}
 - grader -> server, per run, with two descriptors (report file, output log) attached:
-  {"cwd", "args", "env", "uid", "limits", "wall_seconds", "report_env"}
+  {"cwd", "args", "uid", "limits", "wall_seconds", "report_env"}
 - server -> grader: {"returncode", "timed_out", "seconds", "fresh"}; "fresh": false means the server
   is about to exit and the grader must start a new sandbox before the next run.
 Why by hand: no kept library forks a preloaded interpreter into a sandbox it shares with nothing.
@@ -128,7 +128,7 @@ def child(request: dict[str, Any], report: int, log: int) -> int:
         resource.setrlimit(RLIMITS[key], (int(value), int(value)))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.chdir(request["cwd"])
-    os.environ.update(request["env"])  # over the sandbox's own (bwrap --clearenv, then --setenv)
+    # The sandbox's own environment (bwrap --clearenv, then --setenv), plus where this run stands.
     os.environ["PWD"] = request["cwd"]
     os.environ[request["report_env"]] = f"/proc/self/fd/{REPORT_FD}"
     sys.argv = ["pytest", *request["args"]]

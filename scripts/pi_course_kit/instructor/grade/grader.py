@@ -54,14 +54,6 @@ TAMPERING_FLAG = "tampering: a control test that no honest code can pass was rep
 RERUN_FLAG = (
     "re-run once: the first run ended without its report (exit code {code}); graded by the second run"
 )
-#: The environment of every sandboxed run (the sandbox adds PATH, HOME, TMPDIR and PYTHONPATH).
-RUN_ENV = {
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "PYTHONHASHSEED": "0",
-    "PYTHONIOENCODING": "utf-8",
-}
 #: Importing the tests and the learner's code may take this share of the wall time when grading (the
 #: practice folder's bound is the per-test timeout): on a busy machine an honest import can take longer.
 IMPORT_SHARE = 0.5
@@ -223,7 +215,7 @@ class Grader:
                 server = None
                 if not (unsafe or fresh_sandboxes):
                     log = self.scratch / f"slot-{number}.log"
-                    server = slots.SlotServer(work, self.kit_dir, uid, RUN_ENV, log)
+                    server = slots.SlotServer(work, self.kit_dir, uid, sandbox.RUN_ENV, log)
                 slot = Slot(uid, work, server)
                 self.all_slots.append(slot)
                 self.slots.put(slot)
@@ -478,10 +470,8 @@ class Grader:
                 [sys.executable, *args], tree, env, self.limits, sandbox.LIMITS, out.parent / "output.log"
             )
         if slot.server is not None:
-            return slot.server.run(
-                args[2:], self.limits, {}, out
-            )  # without "-m pytest": the server is pytest
-        return bwrap.sandboxed(slot.work, out, self.kit_dir, args, self.limits, slot.uid, RUN_ENV)
+            return slot.server.run(args[2:], self.limits, out)  # without "-m pytest": the server is pytest
+        return bwrap.sandboxed(slot.work, out, self.kit_dir, args, self.limits, slot.uid, sandbox.RUN_ENV)
 
     def _practice_checkpoint(self, folder: Path, record: LearnerRecord) -> Checkpoint | None:
         try:

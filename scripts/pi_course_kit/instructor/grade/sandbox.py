@@ -24,6 +24,14 @@ from pathlib import Path
 from typing import Any
 
 ISOLATED, UID, LIMITS = "isolated", "uid", "limits"
+#: What every graded run's environment holds, sandboxed or not (each adds its own PATH, HOME, TMPDIR).
+RUN_ENV = {
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONHASHSEED": "0",
+    "PYTHONIOENCODING": "utf-8",
+}
 SETUP_FAILED = 125
 MiB = 1024 * 1024
 
@@ -118,11 +126,7 @@ def minimal_env(work: Path, extra: Mapping[str, str] | None = None) -> dict[str,
         "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
         "HOME": str(work / ".home"),
         "TMPDIR": str(work / ".tmp"),
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONHASHSEED": "0",
-        "PYTHONIOENCODING": "utf-8",
+        **RUN_ENV,
     }
     if sys.prefix != sys.base_prefix:
         env["VIRTUAL_ENV"] = sys.prefix

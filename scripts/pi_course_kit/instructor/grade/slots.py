@@ -97,7 +97,7 @@ class SlotServer:
         self.is_ready = True
         return self.channel
 
-    def run(self, args: Sequence[str], limits: Limits, env: Mapping[str, str], out: Path) -> Sandboxed:
+    def run(self, args: Sequence[str], limits: Limits, out: Path) -> Sandboxed:
         """Run `python -m pytest ARGS` on the staged tree; records land in `out/report.jsonl`."""
         channel = self.ready()
         log_path = out / "output.log"
@@ -109,7 +109,6 @@ class SlotServer:
             request = {
                 "cwd": bwrap.TREE,
                 "args": list(args),
-                "env": {**self.env, **env},
                 "uid": self.uid,
                 "limits": {k: int(v) for k, v in asdict(limits).items() if k != "wall_seconds"},
                 "wall_seconds": limits.wall_seconds,
