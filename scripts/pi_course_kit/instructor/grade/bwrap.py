@@ -35,7 +35,7 @@ WORK, SITE, KIT = "/grade/work", "/grade/site-packages", "/grade/kit"
 TREE = f"{WORK}/tree"  # the staged copy, always at this path, so one compiled test module fits every learner
 SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
 # What the focused tests and the report import besides the standard library and pi_course. The
-# sandbox gets these distributions and everything they require here (pygments, pluggy, attrs, ...),
+# sandbox gets these distributions and everything they require here (pygments, pluggy, iniconfig, ...),
 # each with every top-level module it installs (pytest brings `py.py`, hypothesis `_hypothesis_*`).
 ROOTS = ("pytest", "pytest-timeout", "hypothesis")
 SYSTEM = ("/usr", "/etc/ld.so.cache", "/etc/alternatives")
