@@ -675,12 +675,18 @@ def test_a_swap_to_a_symlink_during_the_copy_is_refused(
     assert "passwd" not in copied and "shadow" not in copied
 
 
+def _admin_tool(name: str) -> str:
+    """An administration command by full path: root's PATH may lack the sbin folders (`env -i`, cron)."""
+    return shutil.which(name, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") or name
+
+
 @pytest.mark.skipif(not ROOT or bool(os.environ.get(INNER)), reason="creates a user: needs root")
 def test_the_red_team_suite_holds_for_an_unprivileged_instructor(tmp_path: Path) -> None:
     """Run as a fresh unprivileged user, does this whole module pass there too?"""
     name = f"pi-rt-{secrets.token_hex(4)}"
     subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True
+        [_admin_tool("useradd"), "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        check=True,
     )
     try:
         uid, gid = pwd.getpwnam(name).pw_uid, pwd.getpwnam(name).pw_gid
@@ -723,4 +729,4 @@ def test_the_red_team_suite_holds_for_an_unprivileged_instructor(tmp_path: Path)
         assert re.search(r"\d+ passed", done.stdout)
         assert " failed" not in done.stdout
     finally:
-        subprocess.run(["userdel", name], check=False, capture_output=True)
+        subprocess.run([_admin_tool("userdel"), name], check=False, capture_output=True)
