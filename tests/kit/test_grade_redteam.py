@@ -206,6 +206,7 @@ if _HITS:
 
 WRITE = """
 import os as _os
+import signal as _signal
 import time as _time
 
 for _target in {targets!r}:
@@ -232,7 +233,7 @@ if _os.fork() == 0:
                 except OSError:
                     pass
             _time.sleep(0.1)
-    _os._exit(0)
+    _os.kill(_os.getpid(), _signal.SIGKILL)  # not os._exit: see the daemon in REACH
 """
 
 ESCAPES = """
@@ -313,7 +314,9 @@ if _os.fork() == 0:
             except OSError:
                 pass
             _time.sleep(0.05)
-    _os._exit(0)
+    # Not os._exit: the report plugin turns that into an error in this fork's copy of the run, which
+    # would then race the daemon to write a report. A signal ends the fork the way an attacker would.
+    _os.kill(_os.getpid(), _signal.SIGKILL)
 """,
 }
 REACH_TAIL = """
