@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import keyrings
 import pytest
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
@@ -162,11 +163,21 @@ for _source in {sources!r}:
 # -- leaks and escapes, appended to a complete tool.py: any finding breaks the import ---------------
 
 SNOOP = """
+import ctypes as _ctypes
 import glob as _glob
 import os as _os
 import socket as _socket
 
+_libc = _ctypes.CDLL(None, use_errno=True)
 _HITS = []
+# The grader's session keyring holds a key (the fixture planted it): neither found nor listed.
+if _libc.syscall({keyctl}, {search}, _ctypes.c_long({session}), b"user", b"grader-{secret}", 0) > 0:
+    _HITS.append("the grader's session keyring")
+try:
+    if "grader-{secret}" in open("/proc/keys").read():
+        _HITS.append("/proc/keys")
+except OSError:
+    pass
 for _path in {paths!r}:
     if _os.path.exists(_path):
         _HITS.append("sees " + _path)
@@ -302,6 +313,12 @@ try:
 except AttributeError:
     pass
 """,
+    # Keys in the uid's keyrings and the session keyring: keyrings belong to no namespace.
+    "keyring": """
+for _ring in ({user}, {user_session}, {session}):
+    if _libc.syscall({add_key}, b"user", b"planted-{secret}", b"x", 1, _ctypes.c_long(_ring)) > 0:
+        _HITS.append("a key in keyring %d" % _ring)
+""",
     # A daemon that kills every process it can see for 15 seconds.
     "daemon": """
 if _os.fork() == 0:
@@ -345,6 +362,9 @@ if _resource.getrlimit(_resource.RLIMIT_NOFILE)[1] <= 16 or _resource.getrlimit(
     _TRACES.append("limits")
 if _os.getpriority(_os.PRIO_PROCESS, 0) > 0 or len(_os.sched_getaffinity(0)) < min(2, _os.cpu_count() or 1):
     _TRACES.append("priority")
+for _ring in ({user}, {user_session}, {session}):
+    if _libc.syscall({keyctl}, {search}, _ctypes.c_long(_ring), b"user", b"planted-{secret}", 0) > 0:
+        _TRACES.append("a key in keyring %d" % _ring)
 if _TRACES:
     raise RuntimeError("TRACES " + "; ".join(_TRACES))
 """
@@ -360,9 +380,9 @@ def next_learner(
     folders = []
     for part, payload in REACH.items():
         attacker = make_learner(course, checkpoint, root / f"reach-{part}", labs_from_solution=True)
-        _append(attacker, (REACH_HEAD + payload + REACH_TAIL).format(secret=secret))
+        _append(attacker, (REACH_HEAD + payload + REACH_TAIL).format(secret=secret, **keyrings.NAMES))
         victim = make_learner(course, checkpoint, root / f"after-{part}", labs_from_solution=True)
-        _append(victim, FIND_TRACES.format(secret=secret))
+        _append(victim, FIND_TRACES.format(secret=secret, **keyrings.NAMES))
         folders += [attacker, victim]
     folders.append(make_learner(course, checkpoint, root / "starter-last"))
     grades = root / "grades.jsonl"
@@ -374,7 +394,7 @@ def next_learner(
 
 
 def test_nothing_of_a_run_reaches_the_learner_graded_next(next_learner: dict[str, dict[str, Any]]) -> None:
-    """After a run that signals and ptraces the fork server, changes its limits, plants files, IPC and a killing daemon, is the next learner graded complete, untouched and unflagged?"""
+    """After a run that signals and ptraces the fork server, changes its limits, plants files, IPC, keys and a killing daemon, is the next learner graded complete, untouched and unflagged?"""
     for part in REACH:
         record = next_learner[f"after-{part}"]
         assert (record["status"], record["message"], record["flags"]) == ("complete", "", []), part
@@ -455,7 +475,7 @@ def attack(
         "/run",
         sys.prefix + "/pyvenv.cfg",
     ]
-    _append(snoop, SNOOP.format(paths=paths, secret=secret, course=str(course.root)))
+    _append(snoop, SNOOP.format(paths=paths, secret=secret, course=str(course.root), **keyrings.NAMES))
     writer = make_learner(course, checkpoint, root / "writer", labs_from_solution=True)
     _append(writer, WRITE.format(targets=targets))
     escapes = make_learner(course, checkpoint, root / "escape-sequences", labs_from_solution=True)
@@ -493,6 +513,10 @@ def attack(
     before = {folder.name: tree_digest(folder) for folder in (honest, starter, snoop, writer)}
     memory_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     os.environ["PI_COURSE_REDTEAM_SECRET"] = secret
+    # A key in the grader's session keyring, as an instructor's login may hold (Kerberos, say). The
+    # test process first takes an anonymous session keyring of its own, so the key reaches no one else.
+    keyrings.join_new_session_keyring()
+    keyrings.add_user_key(f"grader-{secret}", secret, keyrings.SESSION_KEYRING)
     try:
         code = cli.main(
             [
@@ -584,7 +608,7 @@ def test_printed_text_never_becomes_flags_or_verdicts(attack: dict[str, Any]) ->
 
 
 def test_learner_code_sees_no_secret_home_peer_solution_or_network(attack: dict[str, Any]) -> None:
-    """Does code hunting ~/.ssh, ~/.aws, /proc environ, solutions/, classmates, the network, a writable disk find nothing?"""
+    """Does code hunting ~/.ssh, ~/.aws, /proc environ, the grader's keys, solutions/, classmates, the network, a writable disk find nothing?"""
     record = rec(attack, "snoop")
     assert record["status"] == "complete", record["message"]
     assert "LEAK" not in attack["text"]

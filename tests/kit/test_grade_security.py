@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import keyrings
 import pytest
 from pi_course_kit import cli
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.instructor.grade import bwrap, sandbox
+from pi_course_kit.instructor.grade import bwrap, sandbox, seccomp
 from pi_course_kit.instructor.grade.bwrap import FIRST_UID, UID_SLOTS
 from pi_course_kit.instructor.grade.grader import Grader
 from test_grade import make_learner, tree_digest
@@ -306,6 +310,44 @@ def test_a_missing_bubblewrap_fails_loudly_with_the_fix(
     assert code == 2
     assert "apt-get install bubblewrap" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_missing_libseccomp_fails_loudly_with_the_fix(
+    course: Course, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Without libseccomp (so no keyring filter), does grading stop before any learner code runs, in one line naming the fix?"""
+    seccomp.program.cache_clear()
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # what `import pyseccomp` finds: an ImportError
+    try:
+        code = cli.main(["grade", str(tmp_path)])
+    finally:
+        seccomp.program.cache_clear()
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "apt-get install libseccomp2" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_keyring_filter_is_a_program_bwrap_can_load() -> None:
+    """Is the filter a whole number of BPF instructions (8 bytes each), and does it refuse add_key/keyctl inside bwrap?"""
+    program = seccomp.program()
+    assert program and len(program) % 8 == 0
+    rules = seccomp.descriptor()
+    try:
+        probe = (
+            "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+            f"print(libc.syscall({keyrings.KEYCTL}, {keyrings.KEYCTL_GET_KEYRING_ID}, -3, 0), ctypes.get_errno())"
+        )
+        done = subprocess.run(
+            ["bwrap", "--seccomp", str(rules), "--dev-bind", "/", "/", sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            pass_fds=(rules,),
+            timeout=60,
+        )
+    finally:
+        os.close(rules)
+    assert done.stdout.split() == ["-1", str(errno.EPERM)], done.stderr
 
 
 def test_unsafe_grading_without_root_grades_as_usual_and_says_so(

@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,11 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from packaging.requirements import Requirement
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.instructor.grade import classroom
+from pi_course_kit.instructor import export
+from pi_course_kit.instructor.grade import bwrap, classroom
 from pi_course_kit.instructor.grade.grader import LabScore, LearnerRecord
 from pi_course_kit.instructor.grade.gradescope import ROOT_ENV, validate
 
@@ -70,6 +73,14 @@ def test_the_bundle_holds_setup_run_autograder_the_kit_and_the_pristine_course(
     assert f"course/{checkpoint.solution}/pi_course/tool.py" in names
     assert all(f"course/{test}" in names for test in checkpoint.focused_tests)
     assert f"--checkpoint {checkpoint.id}" in run and not any("__pycache__" in name for name in names)
+
+
+def test_the_autograder_installs_what_grading_imports_as_pyproject_declares_it(course: Course) -> None:
+    """Does requirements.txt name the sandbox's packages and the seccomp binding, each as pyproject.toml pins it?"""
+    declared = tomllib.loads((course.root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert set(export.REQUIREMENTS) <= set(declared["dependencies"])
+    names = {Requirement(line).name for line in export.REQUIREMENTS}
+    assert names >= {*bwrap.ROOTS, "jsonschema", "pyseccomp"}
 
 
 @pytest.mark.slow

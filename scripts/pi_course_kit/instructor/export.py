@@ -20,7 +20,14 @@ from pi_course_kit.instructor.grade import classroom
 from pi_course_kit.instructor.options import add_manifest_option, load_course
 
 #: What the grading path imports inside the autograder image (the rest of the kit's dependencies is not needed).
-REQUIREMENTS = ("pytest>=8.4", "pytest-timeout>=2.3", "hypothesis>=6.100", "jsonschema>=4.21")
+# What the grading path imports, as pyproject.toml declares it (a kit test keeps the two equal).
+REQUIREMENTS = (
+    "pytest>=8.4",
+    "pytest-timeout>=2.3",
+    "hypothesis>=6.100",
+    "jsonschema>=4.21",
+    "pyseccomp>=0.1.2; sys_platform == 'linux'",
+)
 SKIP = ("__pycache__", ".pytest_cache", ".mypy_cache", ".hypothesis")
 
 SETUP = """\
@@ -30,7 +37,7 @@ SETUP = """\
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq bubblewrap python3 python3-venv >/dev/null
+apt-get install -y -qq bubblewrap libseccomp2 python3 python3-venv >/dev/null
 python=python3
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
     apt-get install -y -qq python3.11 python3.11-venv >/dev/null

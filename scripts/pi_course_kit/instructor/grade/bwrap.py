@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pi_course_kit.core.runner import JSON_ENV
+from pi_course_kit.instructor.grade import seccomp
 from pi_course_kit.instructor.grade.sandbox import Limits, Sandboxed
 
 BWRAP, UNSAFE = "bwrap", "limits (--unsafe)"
@@ -144,12 +145,16 @@ def _sandbox(
     uid: int | None,
     caps: Sequence[str],
     env: Mapping[str, str],
+    seccomp_fd: int,
     *,
     one_run: bool,
 ) -> list[str]:
-    """The bwrap options every sandbox shares: namespaces, the allow-listed files, `work` read-only."""
+    """The bwrap options every sandbox shares: namespaces, the allow-listed files, `work` read-only.
+
+    `seccomp_fd` holds the system-call filter (seccomp.py), for bwrap to load before anything runs.
+    """
     python, base = interpreter()
-    argv = [shutil.which("bwrap") or "bwrap", "--new-session", "--clearenv"]
+    argv = [shutil.which("bwrap") or "bwrap", "--new-session", "--clearenv", "--seccomp", str(seccomp_fd)]
     if one_run:
         argv.append("--die-with-parent")
     if uid is None:
@@ -180,6 +185,8 @@ def _sandbox(
     for path in site_paths():
         argv += ["--ro-bind", str(path), f"{SITE}/{path.name}"]
     argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
+    # The filter denies the keyring calls; these two files would still list the grader's keys by name.
+    argv += ["--ro-bind", "/dev/null", "/proc/keys", "--ro-bind", "/dev/null", "/proc/key-users"]
     # /dev/shm and /tmp: small private tmpfs; /dev itself read-only so nothing else there takes memory.
     argv += ["--size", str(4096), "--tmpfs", "/dev/shm", "--remount-ro", "/dev/shm", "--remount-ro", "/dev"]
     argv += ["--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp"]
@@ -208,10 +215,11 @@ def command(
     limits: Limits,
     uid: int | None,
     env: Mapping[str, str],
+    seccomp_fd: int,
 ) -> list[str]:
     """The bwrap command line of one fresh sandbox that runs `python ARGS` in `work`/tree."""
     python, _ = interpreter()
-    argv = _sandbox(work, kit, uid, ("CAP_SETUID", "CAP_SETGID"), env, one_run=True)
+    argv = _sandbox(work, kit, uid, ("CAP_SETUID", "CAP_SETGID"), env, seccomp_fd, one_run=True)
     argv += ["--chdir", TREE]
     if uid is not None:
         argv += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
@@ -234,7 +242,7 @@ def command(
 
 
 def server_command(
-    work: Path, kit: Path, uid: int | None, env: Mapping[str, str], control_fd: int
+    work: Path, kit: Path, uid: int | None, env: Mapping[str, str], control_fd: int, seccomp_fd: int
 ) -> list[str]:
     """The bwrap command line of a slot's long-lived sandbox, with the fork server as its PID 1.
 
@@ -242,7 +250,7 @@ def server_command(
     after it (kill, remove its files in /tmp); without root it has no capabilities at all.
     """
     python, _ = interpreter()
-    argv = _sandbox(work, kit, uid, SERVER_CAPS, env, one_run=False)
+    argv = _sandbox(work, kit, uid, SERVER_CAPS, env, seccomp_fd, one_run=False)
     # No --die-with-parent: a grading thread that ends must not take the slot with it. The server
     # exits when the grader's end of its socket closes, which happens when the grader dies too.
     argv += ["--chdir", WORK, "--as-pid-1", str(python), "-s", "-P", f"{KIT}/forkserver.py", str(control_fd)]
@@ -307,14 +315,16 @@ def sandboxed(
     """
     log = out / "output.log"
     report = os.open(out / "report.jsonl", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    rules = seccomp.descriptor()
     try:
         if uid is not None:
             os.fchown(report, uid, uid)
         run_env = {**env, JSON_ENV: f"/proc/self/fd/{report}"}
-        argv = command(work, kit, args, limits, uid, run_env)
-        returncode, timed_out, seconds = run(argv, log, limits.wall_seconds, (report,))
+        argv = command(work, kit, args, limits, uid, run_env, rules)
+        returncode, timed_out, seconds = run(argv, log, limits.wall_seconds, (report, rules))
     finally:
         os.close(report)
+        os.close(rules)
     return Sandboxed(returncode, timed_out, read_tail(log), BWRAP, seconds)
 
 
@@ -326,6 +336,10 @@ def probe(scratch: Path, uid: int | None) -> Probe:
         )
     if shutil.which("bwrap") is None:
         raise SandboxUnavailable(f"bubblewrap (`bwrap`) is not installed: {FIX['missing']}")
+    try:
+        seccomp.program()
+    except seccomp.FilterUnavailable as error:
+        raise SandboxUnavailable(str(error)) from None
     work, out = scratch / "probe-work", scratch / "probe-out"
     (work / "tree").mkdir(parents=True, exist_ok=True)
     out.mkdir(exist_ok=True)

@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pi_course_kit.core.runner import JSON_ENV
-from pi_course_kit.instructor.grade import bwrap
+from pi_course_kit.instructor.grade import bwrap, seccomp
 from pi_course_kit.instructor.grade.sandbox import Limits, Sandboxed
 
 SERVER_FILE = "forkserver.py"
@@ -62,18 +62,22 @@ class SlotServer:
         if self.process is not None:
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = bwrap.server_command(self.work, self.kit, self.uid, self.env, theirs.fileno())
-        with self.log.open("ab") as sink:
-            self.process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={"PATH": "/usr/bin:/bin"},
-                pass_fds=(theirs.fileno(),),
-            )
-        theirs.close()
+        rules = seccomp.descriptor()
+        argv = bwrap.server_command(self.work, self.kit, self.uid, self.env, theirs.fileno(), rules)
+        try:
+            with self.log.open("ab") as sink:
+                self.process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env={"PATH": "/usr/bin:/bin"},
+                    pass_fds=(theirs.fileno(), rules),
+                )
+        finally:
+            theirs.close()
+            os.close(rules)
         self.channel, self.is_ready = ours, False
         self.starts += 1
 

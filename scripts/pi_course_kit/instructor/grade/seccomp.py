@@ -1,0 +1,63 @@
+"""The grading sandbox's system-call filter: no kernel keyrings for learner code.
+
+Keyrings are the one kernel store that namespaces do not separate. Without this filter a run can
+read keys from the grader's session keyring, and keys it adds to its uid's keyrings are found by
+every later learner graded with that uid, in another sandbox or another batch. Seccomp denies the
+three keyring calls (`add_key`, `request_key`, `keyctl`) with EPERM, like Docker's default profile.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+
+KEYRING_CALLS = ("add_key", "request_key", "keyctl")
+
+
+class FilterUnavailable(Exception):
+    """The filter cannot be built here; the message says how to fix it."""
+
+
+@functools.cache
+def program() -> bytes:
+    """The filter as the BPF program `bwrap --seccomp` loads, compiled by libseccomp for this machine."""
+    try:
+        # pyseccomp is a ctypes binding of libseccomp, which knows each architecture's call numbers
+        # and its compat ABIs (x32, i386); calls of an ABI the filter does not name are refused.
+        import pyseccomp
+    except (ImportError, RuntimeError) as error:
+        raise FilterUnavailable(
+            f"the grading sandbox's system-call filter needs libseccomp ({error}): install it "
+            "(Debian/Ubuntu: `apt-get install libseccomp2`; Fedora: `dnf install libseccomp`) and the "
+            "kit's `pyseccomp` dependency"
+        ) from error
+    rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    for call in KEYRING_CALLS:
+        rules.add_rule(pyseccomp.ERRNO(errno.EPERM), call)
+    read, write = os.pipe()
+    try:
+        rules.export_bpf(_Descriptor(write))
+    finally:
+        os.close(write)
+    with os.fdopen(read, "rb") as compiled:
+        return compiled.read()
+
+
+class _Descriptor:
+    """A bare descriptor with the `fileno()` that `export_bpf` asks for."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def fileno(self) -> int:
+        """The descriptor."""
+        return self.fd
+
+
+def descriptor() -> int:
+    """A new descriptor, at offset 0, holding the program (bwrap reads it to the end, once)."""
+    fd = os.memfd_create("pi-course-seccomp", os.MFD_CLOEXEC)
+    os.write(fd, program())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
