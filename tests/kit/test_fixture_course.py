@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from learner_support import run_cli
+from learner_support import CLI, run_cli
 
 FIXTURE = Path(__file__).with_name("fixture_course")
 ENGINE = Path(__file__).resolve().parents[2] / "scripts" / "pi_course_kit"
@@ -107,6 +107,47 @@ def test_practice_folder_of_the_child_starts_red_on_its_first_lab_with_the_paren
     assert tests["test_a_pair_has_two_separate_counters"]["message"] == "Lab 2.1 not implemented: Pair"
     hint = run_cli(["hint"], tmp_path / "p")
     assert hint.returncode == 0 and "make two counters" in hint.stdout
+
+
+def test_a_course_speaks_its_own_language_when_no_one_names_one(tmp_path: Path, course_copy: Path) -> None:
+    """With no PI_COURSE_LANG and a C locale, do the report and the CLI speak the fixture's `en`, not the real course's Chinese?"""
+    quiet = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(tmp_path)}
+    made = run_cli(["practice", "a1", str(tmp_path / "p"), "--course", str(course_copy)], tmp_path)
+    assert made.returncode == 0, made.stderr
+    meta = json.loads((tmp_path / "p/.pi-course/meta.json").read_text(encoding="utf-8"))
+    assert meta["language"] == "en"
+    assert "pi_course_language = en" in (tmp_path / "p/pytest.ini").read_text(encoding="utf-8")
+    report = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"],
+        cwd=tmp_path / "p",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=quiet,
+    )
+    assert "next: Lab 1.1 (not started)" in report.stdout, report.stdout[-2000:]
+    check = subprocess.run(
+        [*CLI, "check"],
+        cwd=tmp_path / "p",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=quiet,
+    )
+    assert "next: Lab 1.1 (not started)" in check.stdout, check.stdout[-2000:] + check.stderr[-2000:]
+    # The real course, the same way, stays Chinese: the language is the course's, not the engine's.
+    real = subprocess.run(
+        [*CLI, "practice", "06", str(tmp_path / "zh")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**quiet, "PI_COURSE_ROOT": str(ENGINE.parents[1])},
+    )
+    assert real.returncode == 0, real.stderr
+    assert (
+        json.loads((tmp_path / "zh/.pi-course/meta.json").read_text(encoding="utf-8"))["language"] == "zh_CN"
+    )
 
 
 def test_practice_from_the_learners_own_parent_folder(tmp_path: Path, course_copy: Path) -> None:

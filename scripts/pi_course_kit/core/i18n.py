@@ -1,4 +1,4 @@
-"""The learner's language: gettext catalogs (domain `pi_course`), Simplified Chinese by default, English fallback.
+"""The learner's language: gettext catalogs (domain `pi_course`), the course's language by default, English fallback.
 
 Standard library only: this file travels into every staged tree as `tests/pi_course_i18n.py`, next to
 the compiled catalogs in `tests/pi_course_locale/`, so the report plugin speaks the same language as the kit.
@@ -14,8 +14,8 @@ from pathlib import Path
 DOMAIN = "pi_course"
 #: Set by `pi-course --lang` (and passed on to the test run); wins over the locale variables.
 LANG_ENV = "PI_COURSE_LANG"
-#: The course language when nothing else is asked for (course.toml's [course] language).
-DEFAULT_LANGUAGE = "zh_CN"
+#: English is what the messages are written in: the language when nothing names another.
+FALLBACK = "en"
 _LOCALE_VARIABLES = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")
 _NEUTRAL = {"", "C", "POSIX"}
 
@@ -41,7 +41,7 @@ def folder_language(start: Path | None = None) -> str | None:
 
 
 def requested_languages(default: str | None = None) -> list[str]:
-    """The languages to try, best first: PI_COURSE_LANG, then the locale variables, then the course's."""
+    """The languages to try, best first: PI_COURSE_LANG, the locale variables, the folder's, the course's."""
     chosen = os.environ.get(LANG_ENV, "").strip()
     if chosen:
         return [chosen]
@@ -51,7 +51,7 @@ def requested_languages(default: str | None = None) -> list[str]:
         base = value.split(".")[0].split("@")[0]
         if base not in _NEUTRAL:
             return [part for part in value.split(":") if part] if name == "LANGUAGE" else [value]
-    return [default or folder_language() or DEFAULT_LANGUAGE]
+    return [default or folder_language() or _course_language]
 
 
 def translation(languages: list[str] | None = None) -> gettext.NullTranslations:
@@ -66,6 +66,20 @@ def translation(languages: list[str] | None = None) -> gettext.NullTranslations:
 
 
 _current: gettext.NullTranslations | None = None
+# course.toml's [course] language. The kit sets it when it reads the manifest; in a staged tree the
+# report plugin sets it from pytest.ini, which the kit writes from the manifest.
+_course_language = FALLBACK
+
+
+def set_course_language(language: str) -> None:
+    """Make `language` the default of every later message (when neither the learner nor the locale names one)."""
+    global _course_language, _current
+    _course_language, _current = language or FALLBACK, None
+
+
+def course_language() -> str:
+    """The course's language, as the manifest (or the staged tree's pytest.ini) gave it."""
+    return _course_language
 
 
 def is_known(language: str) -> bool:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pi_course_kit.core import i18n
+
 FORMAT_VERSION = 2
 CREDIT_RULES = ("fraction", "all-or-nothing")
 
@@ -116,6 +118,7 @@ class Course:
     format_version: int
     title: str
     package: str
+    language: str
     checkpoints: tuple[Checkpoint, ...]
 
     @property
@@ -302,16 +305,20 @@ def load(path: Path | None = None) -> Course:
         )
     course_table = data.get("course")
     if not isinstance(course_table, dict):
-        raise root._fail("course", "is missing; add a [course] table with title and package")
+        raise root._fail("course", "is missing; add a [course] table with title, package and language")
     info = _Reader(path, course_table, "course.")
     readers = root.tables("checkpoints")
     checkpoints = _resolve_lineage(readers, tuple(_checkpoint(r) for r in readers))
     if not checkpoints:
         raise root._fail("checkpoints", "is empty; add a [[checkpoints]] table")
-    return Course(
+    course = Course(
         path=path,
         format_version=version,
         title=info.text("title"),
         package=info.text("package"),
+        language=info.text("language"),
         checkpoints=checkpoints,
     )
+    # The course's language is the default of every message from here on (kit and learner alike).
+    i18n.set_course_language(course.language)
+    return course

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+import pi_course_i18n
 import pytest
 from pi_course_i18n import _
 from pi_course_records import (
@@ -47,6 +48,7 @@ IMPORT_TIMEOUT_INI = "pi_course_import_timeout"
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Declare the pytest.ini key naming the learner's package (conftest.py re-exports this hook)."""
     parser.addini("pi_course_package", "the learner's package, from course.toml", default=PACKAGE)
+    parser.addini("pi_course_language", "the course's language, from course.toml", default="")
     parser.addini(
         IMPORT_TIMEOUT_INI,
         "seconds importing the tests (and the learner's code) may take; default: the per-test timeout",
@@ -196,6 +198,8 @@ class ReportPlugin:
     def __init__(self, config: pytest.Config) -> None:
         global PACKAGE  # one run, one learner package: the module's helpers read it too
         PACKAGE = str(config.getini("pi_course_package") or PACKAGE)
+        if config.getini("pi_course_language"):
+            pi_course_i18n.set_course_language(str(config.getini("pi_course_language")))
         self.config = config
         self.root = Path(str(config.rootpath))
         self.labs = [lab for line in config.getini("markers") if (lab := parse_marker_line(str(line)))]

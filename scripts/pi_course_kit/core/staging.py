@@ -41,6 +41,8 @@ def pytest_ini(course: Course, checkpoint: Checkpoint, timeout_seconds: int = 10
         "timeout_method = signal\n"
         "# The learner's package, for the report (where to look for their code and their progress).\n"
         f"pi_course_package = {course.package}\n"
+        "# The language of the report when the learner names none (course.toml's [course] language).\n"
+        f"pi_course_language = {course.language}\n"
         "markers =\n"
         f"{markers}\n"
     )

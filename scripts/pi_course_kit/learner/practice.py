@@ -245,6 +245,7 @@ def meta_record(course: Course, checkpoint: Checkpoint, root: Path) -> dict[str,
         "slug": checkpoint.slug,
         "kit_version": __version__,
         "kit_root": str(course.root),
+        "language": course.language,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "teaching_files": list(checkpoint.teaching_files),
         "labs": [

@@ -24,7 +24,7 @@ from nbformat import NotebookNode
 
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import replace_file
-from pi_course_kit.core.i18n import DEFAULT_LANGUAGE, LANG_ENV
+from pi_course_kit.core.i18n import LANG_ENV
 from pi_course_kit.notebook.helpers import TREE_ENV
 from pi_course_kit.notebook.tree import course_of
 
@@ -69,8 +69,11 @@ def validation_errors(nb: NotebookNode) -> list[str]:
     return []
 
 
-def kernel_env(tree: Path | None) -> dict[str, str]:
-    """The kernel's environment: this one in the course language, the tree override set (or removed for repo mode)."""
+def kernel_env(tree: Path | None, near: Path | None = None) -> dict[str, str]:
+    """The kernel's environment: this one in the course language, the tree override set (or removed for repo mode).
+
+    The course is the one `tree` belongs to, else the one of `near` (default: the current folder).
+    """
     env = dict(os.environ)
     env.pop(TREE_ENV, None)
     env.pop("PYTHONPATH", None)  # exactly one tree may be importable in the kernel
@@ -78,7 +81,7 @@ def kernel_env(tree: Path | None) -> dict[str, str]:
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     # Stored outputs are compared across machines: the kernel speaks the course language, whatever the
     # caller's locale or --lang, so a refresh on an English desktop keeps the learner's words.
-    env[LANG_ENV] = DEFAULT_LANGUAGE
+    env[LANG_ENV] = course_of(tree or near or Path.cwd()).language
     if tree is not None:
         env[TREE_ENV] = str(tree.resolve())
     return env
@@ -103,7 +106,7 @@ def execute(
         resources={"metadata": {"path": str(cwd)}},
     )
     try:
-        client.execute(env=dict(env) if env is not None else kernel_env(None))
+        client.execute(env=dict(env) if env is not None else kernel_env(None, cwd))
     except CellTimeoutError as error:
         raise KitError(f"a cell ran longer than {timeout:g} s: {str(error).splitlines()[0]}") from None
     except DeadKernelError as error:
@@ -163,7 +166,9 @@ def notebook_errors(
 def repo_run(notebook: Path, timeout: float = 120) -> NotebookNode:
     """Execute the notebook the way a reader of the repository does: kernel in its folder, the solution."""
     notebook = Path(notebook).resolve()
-    return execute(load(notebook), cwd=notebook.parent, env=kernel_env(None), timeout=timeout)
+    return execute(
+        load(notebook), cwd=notebook.parent, env=kernel_env(None, notebook.parent), timeout=timeout
+    )
 
 
 def normalise_text(text: str) -> str:

@@ -88,7 +88,7 @@ def render(course: Course, records: Sequence[LearnerRecord], mutations: Mutation
     statuses = Counter(texts.record_status(record.status) for record in records)
     out = [
         "<!DOCTYPE html>",
-        '<html lang="zh-CN"><head><meta charset="utf-8">',
+        f'<html lang="{escape(texts.language().replace("_", "-"))}"><head><meta charset="utf-8">',
         f"<title>班级评分报告 · {escape(course.title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>班级评分报告 · {escape(course.title)}</h1>",
     ]

@@ -1,6 +1,6 @@
 """The learner-facing words of grading outputs, through the kit's gettext catalog (domain pi_course).
 
-The language is the course's (Simplified Chinese) unless PI_COURSE_LANG names another: a grader's own
+The language is the course's (course.toml) unless PI_COURSE_LANG names another: a grader's own
 LANG must not turn a class's feedback into English. English, the msgids themselves, is the fallback.
 """
 
@@ -18,9 +18,14 @@ def _catalog(language: str) -> gettext.NullTranslations:
     return i18n.translation([language])
 
 
+def language() -> str:
+    """The grading language: PI_COURSE_LANG when set, else the course's."""
+    return os.environ.get(i18n.LANG_ENV) or i18n.course_language()
+
+
 def _(message: str) -> str:
     """The message in the grading language."""
-    return _catalog(os.environ.get(i18n.LANG_ENV) or i18n.DEFAULT_LANGUAGE).gettext(message)
+    return _catalog(language()).gettext(message)
 
 
 #: A lab's status as the grader writes it -> msgid.
