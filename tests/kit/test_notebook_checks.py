@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pi_course_kit.core import runner
+from pi_course_kit.core import records, runner
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.staging import stage_tree
 from pi_course_kit.notebook import checks
@@ -44,3 +44,23 @@ def test_lab_checks_reuse_a_full_run_of_the_same_code_and_rerun_after_an_edit(
     edited.write_text(edited.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
     checks.check(first.id)
     assert len(calls) == 2 and calls[1][:2] == ["-m", first.marker]
+
+
+def test_each_lab_status_gets_its_own_colour_in_the_notebook_table() -> None:
+    """Does the HTML table colour every status the records know differently (none falls back to grey)?"""
+    statuses = [
+        records.DONE,
+        records.FAILING,
+        records.NOT_STARTED,
+        records.BLOCKED,
+        records.IN_PROGRESS,
+        records.NOT_RUN,
+    ]
+    rows = [
+        {"id": f"9.{n}", "passed": 0, "total": 1, "status": status, "title": status}
+        for n, status in enumerate(statuses)
+    ]
+    report = checks.CheckReport("", "python -m pytest", "tree", 1, rows, [], None)
+    page = report._repr_html_()
+    colours = [page.split(f">9.{n}<", 1)[1].split("color:", 1)[1][:7] for n in range(len(statuses))]
+    assert len(set(colours)) == len(statuses), dict(zip(statuses, colours, strict=True))

@@ -17,7 +17,15 @@ from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.notebook.tree import current_tree
 from pi_course_kit.notebook.views import MONO
 
-STATUS_COLOURS = {"done": "#1a7f37", "failing": "#cf222e", "not started": "#9a6700", "blocked": "#8250df"}
+#: One colour per lab status of the records (GitHub's Primer palette: green, red, amber, purple, blue, grey).
+STATUS_COLOURS = {
+    records.DONE: "#1a7f37",
+    records.FAILING: "#cf222e",
+    records.NOT_STARTED: "#9a6700",
+    records.BLOCKED: "#8250df",
+    records.IN_PROGRESS: "#0969da",
+    records.NOT_RUN: "#57606a",
+}
 MAX_FAILURES = 3
 
 
