@@ -24,7 +24,7 @@ def program() -> bytes:
     """The filter as the BPF program `bwrap --seccomp` loads, compiled by libseccomp for this machine."""
     try:
         # pyseccomp is a ctypes binding of libseccomp, which knows each architecture's call numbers
-        # and its compat ABIs (x32, i386); calls of an ABI the filter does not name are refused.
+        # and its compat ABIs: a call through another ABI (x32 or i386 on x86_64) is stopped too.
         import pyseccomp
     except (ImportError, RuntimeError) as error:
         raise FilterUnavailable(
@@ -35,24 +35,11 @@ def program() -> bytes:
     rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
     for call in KEYRING_CALLS:
         rules.add_rule(pyseccomp.ERRNO(errno.EPERM), call)
-    read, write = os.pipe()
-    try:
-        rules.export_bpf(_Descriptor(write))
-    finally:
-        os.close(write)
-    with os.fdopen(read, "rb") as compiled:
+    # Into a memory file, not a pipe: a pipe would block libseccomp once the program outgrew its buffer.
+    with os.fdopen(os.memfd_create("pi-course-seccomp", os.MFD_CLOEXEC), "w+b") as compiled:
+        rules.export_bpf(compiled)
+        compiled.seek(0)
         return compiled.read()
-
-
-class _Descriptor:
-    """A bare descriptor with the `fileno()` that `export_bpf` asks for."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def fileno(self) -> int:
-        """The descriptor."""
-        return self.fd
 
 
 def descriptor() -> int:
