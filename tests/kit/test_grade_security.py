@@ -336,7 +336,7 @@ def test_the_keyring_filter_is_a_program_bwrap_can_load() -> None:
     try:
         probe = (
             "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
-            f"print(libc.syscall({keyrings.KEYCTL}, {keyrings.KEYCTL_GET_KEYRING_ID}, -3, 0), ctypes.get_errno())"
+            f"print(libc.syscall({keyrings.KEYCTL}, {keyrings.KEYCTL_GET_KEYRING_ID}, {keyrings.SESSION_KEYRING}, 0), ctypes.get_errno())"
         )
         done = subprocess.run(
             ["bwrap", "--seccomp", str(rules), "--dev-bind", "/", "/", sys.executable, "-c", probe],

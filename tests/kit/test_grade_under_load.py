@@ -79,6 +79,21 @@ def losing_reports(grader: grading.Grader, monkeypatch: pytest.MonkeyPatch, lost
     return runs
 
 
+def graded_losing_reports(
+    grader: grading.Grader,
+    course: Course,
+    checkpoint: Checkpoint,
+    dest: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    lost: int,
+) -> tuple[list[int], grading.LearnerRecord]:
+    """Grade a finished folder made at `dest` while its first `lost` runs lose their report; the runs and the record."""
+    grader.reference(checkpoint)  # the solution's own disguised check runs before the counting starts
+    folder = finished_folder(course, checkpoint, dest)
+    runs = losing_reports(grader, monkeypatch, lost)
+    return runs, grader.grade_one(folder)
+
+
 def test_a_run_that_lost_its_report_is_graded_by_one_rerun_and_says_so(
     grader: grading.Grader,
     course: Course,
@@ -87,10 +102,9 @@ def test_a_run_that_lost_its_report_is_graded_by_one_rerun_and_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Does a finished solution whose first run ends without its report get the second run's score, flagged?"""
-    grader.reference(checkpoint)  # the solution's own disguised check runs before the counting starts
-    folder = finished_folder(course, checkpoint, tmp_path / "finished")
-    runs = losing_reports(grader, monkeypatch, lost=1)
-    record = grader.grade_one(folder)
+    runs, record = graded_losing_reports(
+        grader, course, checkpoint, tmp_path / "finished", monkeypatch, lost=1
+    )
     assert len(runs) == 2
     assert record.status == grading.COMPLETE and record.passed == record.total > 0
     assert grading.RERUN_FLAG.format(code=runs[0]) in record.flags
@@ -105,10 +119,9 @@ def test_a_run_that_keeps_losing_its_report_is_rerun_once_and_stays_crashed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Is a submission whose runs always end without a report re-run only once, and scored 0 as crashed?"""
-    grader.reference(checkpoint)
-    folder = finished_folder(course, checkpoint, tmp_path / "crashing")
-    runs = losing_reports(grader, monkeypatch, lost=2)
-    record = grader.grade_one(folder)
+    runs, record = graded_losing_reports(
+        grader, course, checkpoint, tmp_path / "crashing", monkeypatch, lost=2
+    )
     assert len(runs) == 2
     assert record.status == grading.CRASHED
     assert record.message.startswith("the test run ended without its report")
@@ -123,10 +136,9 @@ def test_a_complete_first_run_is_not_rerun(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Does a run that ends with its report count as is, with no second run and no re-run flag?"""
-    grader.reference(checkpoint)
-    folder = finished_folder(course, checkpoint, tmp_path / "finished")
-    runs = losing_reports(grader, monkeypatch, lost=0)
-    record = grader.grade_one(folder)
+    runs, record = graded_losing_reports(
+        grader, course, checkpoint, tmp_path / "finished", monkeypatch, lost=0
+    )
     assert len(runs) == 1
     assert record.status == grading.COMPLETE
     assert not any(flag.startswith("re-run once") for flag in record.flags)

@@ -40,7 +40,7 @@ def folder_language(start: Path | None = None) -> str | None:
     return None
 
 
-def requested_languages(default: str | None = None) -> list[str]:
+def requested_languages() -> list[str]:
     """The languages to try, best first: PI_COURSE_LANG, the locale variables, the folder's, the course's."""
     chosen = os.environ.get(LANG_ENV, "").strip()
     if chosen:
@@ -51,7 +51,7 @@ def requested_languages(default: str | None = None) -> list[str]:
         base = value.split(".")[0].split("@")[0]
         if base not in _NEUTRAL:
             return [part for part in value.split(":") if part] if name == "LANGUAGE" else [value]
-    return [default or folder_language() or _course_language]
+    return [folder_language() or _course_language]
 
 
 def translation(languages: list[str] | None = None) -> gettext.NullTranslations:

@@ -198,8 +198,9 @@ class ReportPlugin:
     def __init__(self, config: pytest.Config) -> None:
         global PACKAGE  # one run, one learner package: the module's helpers read it too
         PACKAGE = str(config.getini("pi_course_package") or PACKAGE)
-        if config.getini("pi_course_language"):
-            pi_course_i18n.set_course_language(str(config.getini("pi_course_language")))
+        language = str(config.getini("pi_course_language"))
+        if language:
+            pi_course_i18n.set_course_language(language)
         self.config = config
         self.root = Path(str(config.rootpath))
         self.labs = [lab for line in config.getini("markers") if (lab := parse_marker_line(str(line)))]

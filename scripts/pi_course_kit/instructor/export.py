@@ -19,8 +19,8 @@ from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.grade import classroom
 from pi_course_kit.instructor.options import add_manifest_option, load_course
 
-#: What the grading path imports inside the autograder image (the rest of the kit's dependencies is not needed).
-# What the grading path imports, as pyproject.toml declares it (a kit test keeps the two equal).
+#: What the grading path imports inside the autograder image (the rest of the kit's dependencies is not
+#: needed), each pinned as pyproject.toml pins it (a kit test keeps the two equal).
 REQUIREMENTS = (
     "pytest>=8.4",
     "pytest-timeout>=2.3",
