@@ -154,18 +154,20 @@ def test_a_kit_file_edited_on_disk_during_a_batch_never_reaches_a_learner(
     """Is every learner graded with the report files the solution was checked with, even if the disk copy changes mid-batch?"""
     grader.reference(checkpoint)
     folder = finished_folder(course, checkpoint, tmp_path / "finished")
-    real_stage = staging.stage_tree
+    real_files = staging.test_files
+    # The records module as a maintainer leaves it half-way through an edit, on disk: the report's
+    # summary then breaks, and a run staged from it ends without its report.
+    records = tmp_path / "pi_course_records.py"
+    broken = "\n\ndef lab_entry(*args: object) -> None:\n    raise TypeError('half-saved edit')\n"
+    records.write_text(
+        real_files(course, checkpoint)["pi_course_records.py"].read_text(encoding="utf-8") + broken,
+        encoding="utf-8",
+    )
 
-    def half_edited(course: Course, checkpoint: Checkpoint, source: Path, dest: Path) -> Path:
-        # What staging copies while a maintainer is half-way through an edit of the records module:
-        # the report's summary then breaks, and the run ends without its report.
-        tree = real_stage(course, checkpoint, source, dest)
-        records = tree / "tests/pi_course_records.py"
-        broken = "\n\ndef lab_entry(*args: object) -> None:\n    raise TypeError('half-saved edit')\n"
-        records.write_text(records.read_text(encoding="utf-8") + broken, encoding="utf-8")
-        return tree
+    def half_edited(course: Course, checkpoint: Checkpoint) -> dict[str, Path]:
+        return {**real_files(course, checkpoint), "pi_course_records.py": records}
 
-    monkeypatch.setattr(grading, "stage_tree", half_edited)
+    monkeypatch.setattr(staging, "test_files", half_edited)
     record = grader.grade_one(folder)
     assert record.status == grading.COMPLETE and record.passed == record.total > 0
     assert record.flags == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -73,24 +73,42 @@ def test_files(course: Course, checkpoint: Checkpoint) -> dict[str, Path]:
     return files
 
 
-def copy_tests(course: Course, checkpoint: Checkpoint, dest: Path) -> list[Path]:
-    """Copy the checkpoint's focused tests (its parents' first) and their support files into `dest/tests`."""
+def copy_tests(
+    course: Course, checkpoint: Checkpoint, dest: Path, contents: Mapping[str, bytes] | None = None
+) -> list[Path]:
+    """Copy the checkpoint's focused tests (its parents' first) and their support files into `dest/tests`.
+
+    `contents` (name -> bytes, as `test_files` names them) is written instead of the files on disk.
+    """
     tests = dest / TESTS_DIR
     tests.mkdir(parents=True, exist_ok=True)
+    files: Mapping[str, Path | bytes] = test_files(course, checkpoint) if contents is None else contents
     written = []
-    for name, source in test_files(course, checkpoint).items():
+    for name, source in files.items():
         target = tests / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+        if isinstance(source, bytes):
+            target.write_bytes(source)
+        else:
+            shutil.copyfile(source, target)
         written.append(target)
     return written
 
 
-def stage_tree(course: Course, checkpoint: Checkpoint, source_tree: Path, dest: Path) -> Path:
-    """Write a runnable tree into `dest` (created if missing) from a folder holding `pi_course`."""
+def stage_tree(
+    course: Course,
+    checkpoint: Checkpoint,
+    source_tree: Path,
+    dest: Path,
+    tests: Mapping[str, bytes] | None = None,
+) -> Path:
+    """Write a runnable tree into `dest` (created if missing) from a folder holding `pi_course`.
+
+    `tests` replaces the test files read from disk (see `copy_tests`).
+    """
     dest.mkdir(parents=True, exist_ok=True)
     copy_package(course, source_tree, dest)
-    copy_tests(course, checkpoint, dest)
+    copy_tests(course, checkpoint, dest, tests)
     (dest / "pytest.ini").write_text(pytest_ini(course, checkpoint), encoding="utf-8")
     return dest
 

@@ -520,10 +520,8 @@ def _stage(course: Course, reference: Reference, source: Path, dest: Path) -> Pa
     """Stage a tree with the batch's disguised copies of the kit's test files, and their bytecode."""
     assert reference.batch is not None
     shutil.rmtree(dest, ignore_errors=True)
-    tree = stage_tree(course, reference.checkpoint, source, dest)
+    tree = stage_tree(course, reference.checkpoint, source, dest, reference.batch.sources)
     tests = tree / TESTS_DIR
-    for name, data in reference.batch.sources.items():
-        (tests / name).write_bytes(data)
     if reference.batch.compiled:
         (tests / "__pycache__").mkdir(exist_ok=True)
     for name, data in reference.batch.compiled.items():
