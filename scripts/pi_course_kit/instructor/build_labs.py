@@ -1,4 +1,8 @@
-"""`pi-course build-labs [CHECKPOINT] [--check]`: regenerate the starters in labs/ from solutions/."""
+"""`pi-course build-labs [CHECKPOINT] [--check]`: regenerate the starters in labs/ from solutions/.
+
+Before the starters, it carries each checkpoint's `inherited_files` down from its parent's solution, in
+lineage order, so one edit to a parent's file reaches every descendant's solution and starter.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +25,33 @@ def expected_starter(course: Course, checkpoint: Checkpoint) -> dict[str, bytes]
         source = (solution / relative).read_text(encoding="utf-8")
         files[relative] = strip_solution(source, str(solution / relative)).encode("utf-8")
     return files
+
+
+def stale_inherited(course: Course, checkpoint: Checkpoint) -> list[str]:
+    """Inherited solution files that differ from the parent's solution (missing ones included)."""
+    parent = course.parent_of(checkpoint)
+    if parent is None:
+        return []
+    mine, theirs = course.root / checkpoint.solution, course.root / parent.solution
+    return [
+        rel
+        for rel in checkpoint.inherited_files
+        if (theirs / rel).is_file()
+        and (not (mine / rel).is_file() or (mine / rel).read_bytes() != (theirs / rel).read_bytes())
+    ]
+
+
+def inherit(course: Course, checkpoint: Checkpoint) -> list[str]:
+    """Copy the stale inherited files from the parent's solution; return them as solution paths."""
+    parent = course.parent_of(checkpoint)
+    copied = []
+    for rel in stale_inherited(course, checkpoint):
+        assert parent is not None  # stale_inherited finds nothing without a parent
+        target = course.root / checkpoint.solution / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((course.root / parent.solution / rel).read_bytes())
+        copied.append(f"{checkpoint.solution}/{rel}")
+    return copied
 
 
 def stale_files(course: Course, checkpoint: Checkpoint) -> list[str]:
@@ -62,7 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the optional checkpoint, `--check` and the manifest option."""
     parser.add_argument("checkpoint", nargs="?", help="only this checkpoint (default: every checkpoint)")
     parser.add_argument(
-        "--check", action="store_true", help="write nothing; exit 1 listing the starter files that are stale"
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 listing the stale starter and inherited files",
     )
     add_manifest_option(parser)
 
@@ -74,8 +107,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         for checkpoint in checkpoints(course, args.checkpoint):
             if args.check:
+                stale += [f"{checkpoint.solution}/{rel}" for rel in stale_inherited(course, checkpoint)]
                 stale += [f"{checkpoint.starter}/{rel}" for rel in stale_files(course, checkpoint)]
             else:
+                for path in inherit(course, checkpoint):
+                    print(f"wrote {path} (inherited from the parent's solution)")
                 changed = build(course, checkpoint)
                 for rel in changed:
                     print(f"wrote {checkpoint.starter}/{rel}")
@@ -85,9 +121,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.check:
         return 0
     if stale:
-        print(f"{len(stale)} starter file(s) are stale; run `pi-course build-labs` to regenerate them:")
+        print(f"{len(stale)} file(s) are stale; run `pi-course build-labs` to regenerate them:")
         for path in stale:
             print(f"  {path}")
         return 1
-    print("every starter is in sync with its solution")
+    print("every starter is in sync with its solution, and every inherited file with its parent's")
     return 0
