@@ -11,6 +11,9 @@ from pi_course_kit.core import i18n
 
 FORMAT_VERSION = 2
 CREDIT_RULES = ("fraction", "all-or-nothing")
+#: "labs": the learner rebuilds marked bodies of the target. "observation": the learner runs, predicts
+#: and breaks the target on purpose; the starter is the target and its labs are observation steps.
+KINDS = ("labs", "observation")
 
 
 class ManifestError(Exception):
@@ -77,6 +80,13 @@ class Checkpoint:
     tree_tests: tuple[str, ...] = ()
     #: Filled in by `load`: the test support files of the whole lineage.
     tree_support: tuple[str, ...] = ()
+    #: One of KINDS. An observation checkpoint has nothing to implement: its starter is its solution.
+    kind: str = "labs"
+
+    @property
+    def observation(self) -> bool:
+        """True for a checkpoint the learner observes (run, predict, break) instead of rebuilding."""
+        return self.kind == "observation"
 
     def lab(self, lab_id: str) -> Lab:
         """Return the lab with this id, or raise ManifestError listing the known ones."""
@@ -120,6 +130,9 @@ class Course:
     package: str
     language: str
     checkpoints: tuple[Checkpoint, ...]
+    #: Distributions the learner's package imports beyond the standard library (the grading sandbox
+    #: binds them beside the test tools).
+    requires: tuple[str, ...] = ()
 
     @property
     def root(self) -> Path:
@@ -226,9 +239,15 @@ def _mutation(reader: _Reader) -> Mutation:
 
 
 def _checkpoint(reader: _Reader) -> Checkpoint:
+    kind = reader.choice("kind", KINDS)
     labs = tuple(_lab(r) for r in reader.tables("labs"))
     if not labs:
-        raise reader._fail("labs", "is empty; every checkpoint needs at least one [[checkpoints.labs]]")
+        # An observation checkpoint's [[checkpoints.labs]] are its observation steps: their markers
+        # select its focused tests and they carry its hints.
+        what = " (an observation checkpoint: one per observation step)" if kind == "observation" else ""
+        raise reader._fail(
+            "labs", f"is empty; every checkpoint needs at least one [[checkpoints.labs]]{what}"
+        )
     checkpoint = Checkpoint(
         id=reader.text("id"),
         slug=reader.text("slug"),
@@ -246,6 +265,7 @@ def _checkpoint(reader: _Reader) -> Checkpoint:
         parent=reader.optional_text("parent"),
         inherited_files=reader.texts("inherited_files"),
         contract=reader.optional_text("contract"),
+        kind=kind,
     )
     stray = sorted(set(checkpoint.inherited_files) - set(checkpoint.given_files))
     if stray:
@@ -318,6 +338,7 @@ def load(path: Path | None = None) -> Course:
         package=info.text("package"),
         language=info.text("language"),
         checkpoints=checkpoints,
+        requires=info.texts("requires"),
     )
     # The course's language is the default of every message from here on (kit and learner alike).
     i18n.set_course_language(course.language)

@@ -25,7 +25,8 @@ else:
     except ImportError:  # inside the kit
         from pi_course_kit.core.i18n import _
 
-LAB_SECTION = re.compile(r"^# ## Lab (?P<lab>\S+)")
+# A section comment may be indented: the methods of one class can belong to different labs.
+LAB_SECTION = re.compile(r"^\s*# ## Lab (?P<lab>\S+)")
 LAB_MARKER = re.compile(r"^lab(?P<major>\d+)_(?P<minor>\d+)$")
 DONE, FAILING, NOT_STARTED, BLOCKED = "done", "failing", "not started", "blocked"
 #: Some of the lab's tests pass; the others still stop on the lab's own stubs.
@@ -69,6 +70,8 @@ class TestRecord:
     question: str = ""
     #: The smallest readable difference of a failed comparison, one line each.
     diff: list[str] = field(default_factory=list)
+    #: Seconds the deciding phase took (pytest's report.duration): the JUnit file's testcase time.
+    duration: float = 0.0
 
 
 @dataclass
@@ -319,6 +322,8 @@ def next_step(
     # (lab, this run's row or None, whether the lab is known to be unfinished rather than unchecked)
     pending: list[tuple[LabInfo, LabSummary | None, bool]] = []
     for lab in labs:
+        if lab.optional and lab.inherited:
+            continue  # an earlier chapter's optional exercise: this tree does not run its tests
         row = by_id.get(lab.id)
         if row is not None and row.total:
             if row.status != DONE:
@@ -418,10 +423,20 @@ def count_text(passed: int, total: int, collected: int) -> str:
     return f"{passed}/{total}"
 
 
+def all_done_text(kind: str = "labs") -> str:
+    """The line under the table once nothing is left: an observation checkpoint had nothing to implement."""
+    if kind == "observation":
+        return _(
+            "next: every observation passes. This is an observation chapter with nothing to implement: "
+            "predict, run, then break it on purpose and see which test catches it."
+        )
+    return _("next: every required lab is done. Move on to the next checkpoint.")
+
+
 def step_lines(step: dict[str, Any] | None, all_done_label: str | None = None) -> list[str]:
     """The next-step lines under the table: what, the test's question and difference, edit, run."""
     if step is None:
-        return [all_done_label or _("next: every required lab is done. Move on to the next checkpoint.")]
+        return [all_done_label or all_done_text()]
     lines = []
     if step.get("optional"):
         lines.append(_("every required lab is done; if you like, try the optional exercise:"))
@@ -460,14 +475,16 @@ def table_lines(rows: list[LabSummary]) -> list[str]:
     ]
 
 
-def render(rows: list[LabSummary], step: dict[str, Any] | None, stopped_early: bool = False) -> list[str]:
+def render(
+    rows: list[LabSummary], step: dict[str, Any] | None, stopped_early: bool = False, kind: str = "labs"
+) -> list[str]:
     """The report as plain text lines: the table, a note for an early stop, then the next step."""
     lines = table_lines(rows)
     if stopped_early:
         lines.append(
             _("the run stopped early (-x or --maxfail): the counts above are only the tests that ran")
         )
-    return lines + step_lines(step)
+    return lines + step_lines(step, all_done_text(kind))
 
 
 def record_line(event: str, payload: dict[str, Any]) -> str:

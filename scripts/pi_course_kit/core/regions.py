@@ -12,6 +12,15 @@ END = re.compile(r"^[ \t]*# END LAB (?P<lab>\S+)\s*$")
 IMPORT = "from .lab import LabNotImplemented\n"
 
 
+def lab_import(relative: str) -> str:
+    """The import of LabNotImplemented for a package file at `relative` (`pi_course/a/b.py`: `from ..lab`).
+
+    The error lives in the package's top-level `lab.py`; a file in a subpackage reaches it with more dots.
+    """
+    depth = max(len(relative.replace("\\", "/").strip("/").split("/")) - 1, 1)
+    return f"from {'.' * depth}lab import LabNotImplemented\n"
+
+
 class LabMarkerError(ValueError):
     """A lab region is malformed; the message names the file, the line and the fix."""
 
@@ -84,33 +93,39 @@ def find_regions(source: str, filename: str = "<solution>") -> list[Region]:
     return regions
 
 
-def strip_solution(source: str, filename: str = "<solution>", labs: Collection[str] | None = None) -> str:
-    """Replace every marked lab body (or those of `labs` only) with `raise LabNotImplemented(lab, target)`."""
+def strip_solution(
+    source: str, filename: str = "<solution>", labs: Collection[str] | None = None, import_line: str = IMPORT
+) -> str:
+    """Replace every marked lab body (or those of `labs` only) with `raise LabNotImplemented(lab, target)`.
+
+    `import_line` imports the error where the file does not yet (see `lab_import` for a subpackage's file).
+    """
     regions = [r for r in find_regions(source, filename) if labs is None or r.lab in labs]
     lines = source.splitlines(keepends=True)
     for region in reversed(regions):
         stub = f'{region.indent}raise LabNotImplemented("{region.lab}", "{region.target}")\n'
         lines[region.begin - 1 : region.end] = [stub]
     starter = "".join(lines)
-    if regions and IMPORT not in source:
-        starter = _add_import(starter)
+    if regions and import_line not in source:
+        starter = _add_import(starter, import_line)
     return starter
 
 
-def _add_import(source: str) -> str:
+def _add_import(source: str, import_line: str = IMPORT) -> str:
     """Import LabNotImplemented among the package's own imports, in sorted place (or after the docstring)."""
     lines = source.splitlines(keepends=True)
     local = [i for i, line in enumerate(lines) if line.startswith("from .")]
     if local:
-        after = [i for i in local if lines[i] > IMPORT]
-        lines.insert(after[0] if after else local[-1] + 1, IMPORT)
+        after = [i for i in local if lines[i] > import_line]
+        lines.insert(after[0] if after else local[-1] + 1, import_line)
         return "".join(lines)
     body = ast.parse(source).body
     imports = [node for node in body if isinstance(node, ast.Import | ast.ImportFrom)]
     docstring = body[:1] if body and isinstance(body[0], ast.Expr) else []
     anchor = imports or docstring
     at = (anchor[-1].end_lineno or 0) if anchor else 0
-    lines.insert(at, ("\n" if anchor and not imports else "") + IMPORT)
+    # A blank line first: after the docstring, or between the other imports and the package's own.
+    lines.insert(at, ("\n" if anchor else "") + import_line)
     return "".join(lines)
 
 

@@ -50,6 +50,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("pi_course_package", "the learner's package, from course.toml", default=PACKAGE)
     parser.addini("pi_course_language", "the course's language, from course.toml", default="")
     parser.addini(
+        "pi_course_kind", "the checkpoint's kind, labs or observation, from course.toml", default="labs"
+    )
+    parser.addini(
         IMPORT_TIMEOUT_INI,
         "seconds importing the tests (and the learner's code) may take; default: the per-test timeout",
         default="",
@@ -370,6 +373,7 @@ class ReportPlugin:
         if decisive and not getattr(item, "_pi_recorded", False):
             item._pi_recorded = True  # type: ignore[attr-defined]
             record = TestRecord(report.nodeid, self._lab_of(item), report.outcome)
+            record.duration = round(report.duration, 6)
             if report.skipped:
                 longrepr = report.longrepr
                 record.skip_reason = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
@@ -405,11 +409,14 @@ class ReportPlugin:
         return report
 
     def _describe_collect_error(self, report: pytest.CollectReport) -> dict[str, Any]:
-        """Where an import of the tests failed: pi_course file:line, its lab, the error in one line."""
+        """Where an import of the tests failed: the package's file:line, its lab, the error in one line."""
         text = str(report.longrepr)
         location, lab, excerpt = None, None, ""
-        matches = re.findall(r'File "([^"]*\bpi_course[/\\][^"]*)", line (\d+)', text) or re.findall(
-            r"(\S*\bpi_course[/\\]\S*\.py):(\d+)", text
+        # The course's package, as pytest.ini names it: a course whose package is not `pi_course` keeps
+        # the location and the lab of its import errors too.
+        package = re.escape(PACKAGE)
+        matches = re.findall(rf'File "([^"]*\b{package}[/\\][^"]*)", line (\d+)', text) or re.findall(
+            rf"(\S*\b{package}[/\\]\S*\.py):(\d+)", text
         )
         if matches:
             raw, number = matches[-1]  # the innermost frame: where the learner's code broke
@@ -483,7 +490,7 @@ class ReportPlugin:
         entries = {lab.id: entry for lab in self.labs if (entry := lab_entry(self.root, PACKAGE, lab))}
         step = next_step(rows, self.labs, recorded, entries)
         stopped = any(row.collected > row.total for row in rows)
-        for line in render(rows, step, stopped):
+        for line in render(rows, step, stopped, str(self.config.getini("pi_course_kind") or "labs")):
             write(line)
         write_progress(self.root, rows, PACKAGE)
         self._emit_line(summary_line(rows, step, len(self.collect_errors), stopped))

@@ -11,7 +11,7 @@ import shutil
 
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.core.regions import LabMarkerError, strip_solution
+from pi_course_kit.core.regions import LabMarkerError, lab_import, strip_solution
 from pi_course_kit.instructor.options import add_manifest_option, checkpoints, load_course
 
 
@@ -22,8 +22,12 @@ def expected_starter(course: Course, checkpoint: Checkpoint) -> dict[str, bytes]
     for relative in checkpoint.given_files:
         files[relative] = (solution / relative).read_bytes()
     for relative in checkpoint.teaching_files:
+        if checkpoint.observation:  # nothing to rebuild: the learner starts from the target itself
+            files[relative] = (solution / relative).read_bytes()
+            continue
         source = (solution / relative).read_text(encoding="utf-8")
-        files[relative] = strip_solution(source, str(solution / relative)).encode("utf-8")
+        stripped = strip_solution(source, str(solution / relative), import_line=lab_import(relative))
+        files[relative] = stripped.encode("utf-8")
     return files
 
 

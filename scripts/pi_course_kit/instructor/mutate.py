@@ -11,9 +11,10 @@ from typing import Any
 
 from pi_course_kit.core.manifest import Checkpoint, Course, Mutation
 from pi_course_kit.core.runner import RunResult, run_tests
-from pi_course_kit.core.staging import stage_tree
+from pi_course_kit.core.staging import TESTS_DIR, stage_tree
 
-LAB_SECTION = re.compile(r"^# ## Lab (?P<lab>\S+)")
+# A section comment may be indented: the methods of one class can belong to different labs.
+LAB_SECTION = re.compile(r"^\s*# ## Lab (?P<lab>\S+)")
 
 
 class MutationError(ValueError):
@@ -147,7 +148,19 @@ def run_mutation(
             raise MutationError(f"mutation {mutation.name!r}: {mutation.file} is not in the staged tree")
         target.write_text(mutate_source(target.read_text(encoding="utf-8"), mutation), encoding="utf-8")
         # The plugin's records carry each failure's message; pytest's own tracebacks would only cost time.
-        result = run_tests(tree, ("--tb=no", "-x") if stop_first else ("--tb=no",), timeout=timeout)
+        result = None
+        if stop_first and checkpoint.tree_tests != checkpoint.focused_tests:
+            # The checkpoint's own tests alone first: a change to its own solution is what they test, so
+            # the run need not pass every parent's test before it gets to them. Only a mutation they miss
+            # costs a second run, of the whole lineage.
+            own = [f"{TESTS_DIR}/{Path(relative).name}" for relative in checkpoint.focused_tests]
+            result = run_tests(tree, ("--tb=no", "-x", *own), timeout=timeout)
+            if not (
+                any(t["outcome"] == "failed" for t in result.tests) or result.collect_errors or result.crashed
+            ):
+                result = None
+        if result is None:
+            result = run_tests(tree, ("--tb=no", "-x") if stop_first else ("--tb=no",), timeout=timeout)
     catches = [test for test in result.tests if test["outcome"] == "failed"]
     return MutationRun(mutation, result, catches)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.core.regions import find_stubs
+from pi_course_kit.core.regions import find_regions, find_stubs
 from pi_course_kit.core.runner import RunResult, run_tests
 from pi_course_kit.core.staging import staged
 from pi_course_kit.instructor.build_labs import stale_files
@@ -108,6 +108,24 @@ def first_red_problems(course: Course, checkpoint: Checkpoint) -> list[str]:
             f"not on a stub of Lab {first.id} ({checkpoint.first_red_prefix} …)"
         ]
     return []
+
+
+def observation_problems(course: Course, checkpoint: Checkpoint) -> list[str]:
+    """An observation checkpoint's teaching files mark no lab region and raise no stub: its starter is its target."""
+    problems = []
+    for relative in checkpoint.teaching_files:
+        solution = course.root / checkpoint.solution / relative
+        if not solution.is_file():
+            problems.append(f"{checkpoint.solution}/{relative}: teaching file missing")
+            continue
+        source = solution.read_text(encoding="utf-8")
+        if find_regions(source, str(solution)) or find_stubs(source, str(solution)):
+            problems.append(
+                f"{checkpoint.solution}/{relative} marks lab regions or raises LabNotImplemented, but checkpoint "
+                f"{checkpoint.id} is an observation checkpoint (nothing to implement); remove them, or drop "
+                '`kind = "observation"`'
+            )
+    return problems
 
 
 def inherited_file_problems(course: Course, checkpoint: Checkpoint) -> list[str]:

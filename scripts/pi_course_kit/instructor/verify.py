@@ -1,17 +1,33 @@
-"""Everything an instructor relies on, checked at once: one report, independent runs in parallel."""
+"""Everything an instructor relies on, checked at once: one report, independent runs in parallel.
+
+The checks of every chosen checkpoint share one pool, one worker per usable CPU by default. A check
+that passed is remembered (in the cache folder the mutation map uses) under a digest of everything it
+reads: the checkpoint's trees, tests, notebook and manifest entry, the parent's solution, the kit
+itself and the versions of the tools that run the tests. It is not run again until one of those
+changes; `--no-cache` runs everything. A failure is never remembered.
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import importlib
+import importlib.metadata
+import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import pi_course_kit
+from pi_course_kit.core.files import write_text_atomically
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor import promises as checks
+from pi_course_kit.instructor.grade.mutation_map import default_cache
 from pi_course_kit.instructor.mutate import MutationError, mutation_problems, run_mutation, survived_problem
 from pi_course_kit.instructor.options import add_manifest_option, checkpoints, load_course
 
@@ -25,6 +41,8 @@ class Outcome:
     name: str
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: True when an earlier run passed this check on exactly the same inputs (see the module's docstring).
+    cached: bool = False
 
     @property
     def ok(self) -> bool:
@@ -106,13 +124,27 @@ def jobs(course: Course, checkpoint: Checkpoint, selected: Iterable[str] = CHECK
             f"{cp.id} mutations well-formed", "mutations-static", lambda: mutation_problems(course, cp), False
         ),
         Job(f"{cp.id} solution green", "solution", lambda: checks.solution_problems(course, cp)),
-        Job(f"{cp.id} starter red, lab by lab", "starter", lambda: checks.starter_problems(course, cp)),
-        Job(
-            f"{cp.id} starter stops first on {cp.first_red_prefix} …",
-            "first-red",
-            lambda: checks.first_red_problems(course, cp),
-        ),
     ]
+    if cp.observation:
+        # Nothing to implement: no red to promise. The starter is the target, and the mutations
+        # (the chapter's "break it on purpose" exercises) show that the tests still have teeth.
+        all_jobs.append(
+            Job(
+                f"{cp.id} observation: the starter is the target, with nothing to implement",
+                "starter",
+                lambda: checks.observation_problems(course, cp),
+                False,
+            )
+        )
+    else:
+        all_jobs += [
+            Job(f"{cp.id} starter red, lab by lab", "starter", lambda: checks.starter_problems(course, cp)),
+            Job(
+                f"{cp.id} starter stops first on {cp.first_red_prefix} …",
+                "first-red",
+                lambda: checks.first_red_problems(course, cp),
+            ),
+        ]
     static_ok = not mutation_problems(course, cp)
     for mutation in cp.mutations if static_ok else ():
         all_jobs.append(
@@ -135,29 +167,106 @@ def jobs(course: Course, checkpoint: Checkpoint, selected: Iterable[str] = CHECK
     return [job for job in all_jobs if job.kind in chosen]
 
 
+def cpus() -> int:
+    """How many CPUs this process may run on (its affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+#: The distributions whose versions decide how the focused tests and the notebooks run.
+TOOLS = ("pytest", "pytest-timeout", "hypothesis", "nbclient", "nbformat", "ipykernel")
+
+
+@functools.cache
+def _kit_digest() -> str:
+    """The kit's own code and catalogs, the interpreter and the test tools, as one digest."""
+    hasher = hashlib.sha256(sys.version.encode())
+    for name in TOOLS:
+        try:
+            hasher.update(f"{name} {importlib.metadata.version(name)}".encode())
+        except importlib.metadata.PackageNotFoundError:
+            hasher.update(f"{name} -".encode())
+    kit = Path(pi_course_kit.__file__).parent
+    for path in sorted(p for p in kit.rglob("*") if p.suffix in (".py", ".mo") and p.is_file()):
+        hasher.update(path.relative_to(kit).as_posix().encode() + b"\0" + path.read_bytes())
+    return hasher.hexdigest()
+
+
+def inputs_digest(course: Course, checkpoint: Checkpoint) -> str:
+    """A digest of everything the checks of `checkpoint` read; any change to one of them changes it."""
+    hasher = hashlib.sha256(_kit_digest().encode())
+    hasher.update(repr((course.format_version, course.package, course.language, checkpoint)).encode())
+    parent = course.parent_of(checkpoint)
+    trees = [checkpoint.solution, checkpoint.starter, *([parent.solution] if parent else [])]
+    files = [
+        path
+        for tree in trees
+        for path in sorted((course.root / tree).rglob("*"))
+        if path.is_file() and not {"__pycache__", ".hypothesis", ".pytest_cache"} & set(path.parts)
+    ]
+    relatives = (*checkpoint.tree_tests, *checkpoint.tree_support, checkpoint.notebook)
+    files += [course.root / relative for relative in relatives]
+    for path in files:
+        # Paths relative to the course: another checkout of the same course (a CI clone) shares the cache.
+        hasher.update(path.relative_to(course.root).as_posix().encode() + b"\0")
+        hasher.update(path.read_bytes() if path.is_file() else b"<missing>")
+    return hasher.hexdigest()[:24]
+
+
+def _cache_file(cache: Path, course: Course, checkpoint: Checkpoint) -> Path:
+    return cache / f"verify-{checkpoint.id}-{inputs_digest(course, checkpoint)}.json"
+
+
+def _remembered(path: Path) -> set[str]:
+    """The names of the checks that passed on these inputs before."""
+    try:
+        names = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    return {str(name) for name in names} if isinstance(names, list) else set()
+
+
 def verify(
     course: Course,
     checkpoints: Iterable[Checkpoint],
     selected: Iterable[str] = CHECKS,
-    workers: int = 2,
+    workers: int | None = None,
     on_done: Callable[[Outcome], None] | None = None,
+    cache: Path | None = None,
 ) -> list[Outcome]:
-    """Run every chosen check; the fast ones inline, the subprocess ones `workers` at a time."""
-    todo = [job for checkpoint in checkpoints for job in jobs(course, checkpoint, tuple(selected))]
+    """Run every chosen check of every checkpoint; the fast ones inline, the subprocess ones in one pool.
+
+    The pool has `workers` threads (default: one per usable CPU), each waiting on one subprocess, so
+    the checkpoints run side by side. With a `cache` folder, a slow check that passed before on the
+    same inputs is reported from there (`cached`) instead of being run again.
+    """
+    chosen = list(checkpoints)
+    todo = [(cp, job) for cp in chosen for job in jobs(course, cp, tuple(selected))]
+    files = {cp.id: _cache_file(cache, course, cp) for cp in chosen} if cache else {}
+    passed = {cp_id: _remembered(path) for cp_id, path in files.items()}
     outcomes: dict[str, Outcome] = {}
-    for job in (j for j in todo if not j.slow):
-        outcomes[job.name] = _guarded(job)
+
+    def finish(outcome: Outcome) -> None:
+        outcomes[outcome.name] = outcome
         if on_done:
-            on_done(outcomes[job.name])
-    slow = [j for j in todo if j.slow]
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            on_done(outcome)
+
+    for cp, job in todo:
+        if not job.slow:
+            finish(_guarded(job))
+        elif job.name in passed.get(cp.id, set()):
+            finish(Outcome(job.name, cached=True))
+    slow = [job for _, job in todo if job.slow and job.name not in outcomes]
+    with ThreadPoolExecutor(max_workers=max(1, workers or cpus())) as pool:
         # Longest first (whole-suite runs and notebooks), so the pool's tail is short.
         order = sorted(slow, key=lambda j: j.kind != "notebooks")
         for outcome in pool.map(_guarded, order):
-            outcomes[outcome.name] = outcome
-            if on_done:
-                on_done(outcome)
-    return [outcomes[job.name] for job in todo]
+            finish(outcome)
+    for cp in chosen:
+        ok = {job.name for c, job in todo if c is cp and job.slow and outcomes[job.name].ok}
+        if cache and ok - passed[cp.id]:
+            files[cp.id].parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomically(files[cp.id], json.dumps(sorted(ok | passed[cp.id]), ensure_ascii=False))
+    return [outcomes[job.name] for _, job in todo]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -170,13 +279,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help=f"run only this check (repeatable): {', '.join(CHECKS)}",
     )
-    parser.add_argument("--jobs", type=int, default=2, help="checks run in parallel (default 2)")
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="checks run in parallel (default: one per usable CPU)"
+    )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="run every check, even one that passed before on exactly the same inputs",
+    )
     add_manifest_option(parser)
 
 
 def _line(outcome: Outcome) -> None:
     mark = "ok  " if outcome.ok else "FAIL"
-    print(f"{mark} {outcome.name}  ({outcome.seconds:.1f}s)", flush=True)
+    took = "cached: passed before on the same inputs" if outcome.cached else f"{outcome.seconds:.1f}s"
+    print(f"{mark} {outcome.name}  ({took})", flush=True)
     for problem in outcome.problems:
         print(f"       {problem}", flush=True)
 
@@ -185,12 +302,13 @@ def run(args: argparse.Namespace) -> int:
     """Print one line per check (problems under it); exit 1 when any check found a problem."""
     course = load_course(args)
     chosen = checkpoints(course, args.checkpoint)
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         print("pi-course verify: --jobs must be at least 1", file=sys.stderr)
         return 2
     started = time.perf_counter()
     print(f"verifying {course.path} ({', '.join(c.id for c in chosen)})", flush=True)
-    outcomes = verify(course, chosen, tuple(args.check or CHECKS), args.jobs, on_done=_line)
+    cache = None if args.no_cache else default_cache()
+    outcomes = verify(course, chosen, tuple(args.check or CHECKS), args.jobs, on_done=_line, cache=cache)
     failed = [o for o in outcomes if not o.ok]
     problems = sum(len(o.problems) for o in failed)
     elapsed = time.perf_counter() - started

@@ -118,7 +118,7 @@ def explain(folder: PracticeFolder, result: RunResult, elapsed: float) -> tuple[
     step = result.next_step
     if step is not None and step.get("location"):
         step = {**step, "location": short(folder, step["location"])}
-    lines = records.step_lines(step)
+    lines = records.step_lines(step, records.all_done_text(str(folder.meta.get("kind") or "labs")))
     if step is not None:
         lines = [line.replace('"', "") for line in lines]
         lines[-1] += _("   (or: pi-course check --lab {lab})").format(lab=step["lab"])

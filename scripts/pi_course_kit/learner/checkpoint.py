@@ -81,6 +81,14 @@ def card(course: Course, cp: Checkpoint, dest: Path) -> list[str]:
         f"  ({sum(counts.values())} test functions, counted per marker; parametrized cases count once)"
     )
     first = cp.labs[0]
+    if cp.observation:
+        return [
+            *lines,
+            "first red:         none: an observation checkpoint (nothing to implement; run, predict, break)",
+            "commands:",
+            f"  cd {dest / 'target'} && python -m pytest                      # green: every focused test passes",
+            f"  pi-course practice {cp.id} ~/pi-practice                          # your own practice folder",
+        ]
     lines += [
         f"first red:         {cp.first_red_prefix} …",
         "commands:",
@@ -130,5 +138,6 @@ def run(args: argparse.Namespace) -> int:
         raise KitError(f"{dest} already holds this checkpoint's copies; add --replace to refresh them")
     made = materialise(course, cp, dest, args.replace)
     print("\n".join(card(course, cp, made)))
-    print(f"materialised: {made / 'parent'} (red) and {made / 'target'} (green)")
+    parent_state = "green too: nothing to implement" if cp.observation else "red"
+    print(f"materialised: {made / 'parent'} ({parent_state}) and {made / 'target'} (green)")
     return 0

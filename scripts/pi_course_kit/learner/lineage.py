@@ -2,7 +2,9 @@
 
 The new folder is the checkpoint's starter with the parent's teaching files replaced by the learner's
 own versions. Those are only taken once the parent's focused tests are green on a staged copy, so the
-learner's folder is read and never written.
+learner's folder is read and never written. A parent teaching file that the new chapter itself changes
+(not in its `inherited_files`, e.g. 03 adds a class to 02's event stream) comes from the course instead:
+the learner's version would lack what the chapter adds. Those files are listed as `replaced`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,28 @@ def unfinished_labs(course: Course, parent: Checkpoint, source: Path) -> list[st
     return unfinished
 
 
+def carried_and_replaced(
+    parent: Checkpoint, checkpoint: Checkpoint, source: Path, earlier: list[str]
+) -> tuple[list[str], list[str]]:
+    """Which of the learner's files go along, and which of their own the new chapter changes.
+
+    Every file the chapter inherits unchanged goes along from the learner's folder, so work done in
+    earlier chapters (and carried into `source` by its own --from, `earlier`) keeps travelling.
+    """
+    carried = [rel for rel in checkpoint.inherited_files if (source / rel).is_file()]
+    own = dict.fromkeys([*parent.teaching_files, *earlier])
+    replaced = [rel for rel in own if rel not in checkpoint.inherited_files]
+    return carried, replaced
+
+
+def replaced_files(dest: Path) -> list[str]:
+    """The learner's files that `create_from` took from the course instead (read back from meta.json)."""
+    folder = open_folder(dest)
+    record = folder.meta.get("from") if folder is not None else None
+    replaced = record.get("replaced", []) if isinstance(record, dict) else []
+    return [str(rel) for rel in replaced] if isinstance(replaced, list) else []
+
+
 def create_from(course: Course, checkpoint: Checkpoint, source: Path, dest: Path) -> Path:
     """Make a practice folder for `checkpoint` that starts from the learner's own finished parent folder."""
     parent = parent_checkpoint(course, checkpoint)
@@ -70,14 +94,27 @@ def create_from(course: Course, checkpoint: Checkpoint, source: Path, dest: Path
 
     def fill_from(root: Path) -> None:
         fill_files(course, checkpoint, root)
-        for relative in parent.teaching_files:
+        record = folder.meta.get("from")
+        earlier = record.get("files", []) if isinstance(record, dict) else []
+        carried, replaced = carried_and_replaced(
+            parent, checkpoint, folder.root, [str(rel) for rel in earlier]
+        )
+        for relative in carried:
             shutil.copyfile(folder.root / relative, root / relative)
+        # The parent's optional transfer exercise (its solution-only files) is the learner's own work too:
+        # it comes along when they wrote it, so its tests keep running in the new folder.
+        for relative in parent.solution_only:
+            source = folder.root / relative
+            if source.is_file() and not source.is_symlink():
+                shutil.copyfile(source, root / relative)
+                carried.append(relative)
         # Hashed after the carry-over, so `status` counts the learner's own files as shipped, not changed.
         meta = meta_record(course, checkpoint, root)
         meta["from"] = {
             "folder": str(folder.root),
             "checkpoint": parent.id,
-            "files": list(parent.teaching_files),
+            "files": carried,
+            "replaced": replaced,
         }
         write_json_atomically(root / META_DIR / META_FILE, meta)
 

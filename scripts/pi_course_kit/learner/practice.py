@@ -164,9 +164,9 @@ def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None, cont
             if contract
             else []
         ),
-        "这个文件夹是你自己的练习场，和课程仓库互不影响：这里的 `pi_course` 是起始状态（starter），",
+        f"这个文件夹是你自己的练习场，和课程仓库互不影响：这里的 `{course.package}` 是起始状态（starter），",
         f"需要你动手的只有 {teaching}，其余文件是已经给好的上一阶段代码。",
-        "在这个文件夹里运行 `python -m pytest` 时，只会导入本文件夹里的 `pi_course`。",
+        f"在这个文件夹里运行 `python -m pytest` 时，只会导入本文件夹里的 `{course.package}`。",
         "",
         "## 怎么练",
         "",
@@ -236,6 +236,54 @@ def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None, cont
     return "\n".join(lines)
 
 
+def observation_guide(course: Course, checkpoint: Checkpoint, notebook: str | None, contract: bool) -> str:
+    """The Chinese guide of an observation folder: nothing to implement; predict, run, break, restore."""
+    counts = lab_test_counts(course, checkpoint)
+    teaching = "、".join(_code(name) for name in checkpoint.teaching_files)
+    lines = [
+        f"# 观察指南 · 检查点 {checkpoint.id}",
+        "",
+        f"**{checkpoint.title}**",
+        "",
+        "这是一个**观察章节**：没有要你实现的函数。这个文件夹里的 `pi_course` 就是本检查点的目标状态，",
+        "`python -m pytest` 从一开始就是全绿。你要做的是：先预测，再运行，然后故意把它弄坏，看哪条测试抓住了它。",
+        "",
+        *([f"测试核对的每个名字和每条消息，都写在 [{CONTRACT}]({CONTRACT}) 里。", ""] if contract else []),
+        "## 怎么练",
+        "",
+        *(
+            [
+                f"1. 打开笔记本 `{notebook}`（`jupyter lab {notebook}`）：每一格运行之前，先在纸上写下你的预测。"
+            ]
+            if notebook
+            else ["1. 阅读下面列出的文件，先在纸上写下你对运行结果的预测。"]
+        ),
+        "2. 在终端运行 `python -m pytest`，确认全部通过。",
+        f"3. 故意改坏 {teaching} 里的一处（笔记本最后一节列出了几种改法），先预测哪条测试会变红，",
+        "   再运行 `pi-course check` 对照。",
+        "4. 用 `pi-course reset --all` 把文件恢复原样（你的改动会先备份；`pi-course reset --undo` 可以取回）。",
+        "",
+        "| 想做什么 | 命令 |",
+        "| --- | --- |",
+        "| 运行全部测试，看每个观察步骤 | `pi-course check` |",
+        f"| 只跑某个观察步骤 | `python -m pytest -m {checkpoint.first_lab.marker}` |",
+        f"| 要一条提示（每次多给一条） | `pi-course hint {checkpoint.first_lab.id}` |",
+        "| 把改坏的文件恢复原样（先自动备份） | `pi-course reset --all` |",
+        "",
+    ]
+    for lab in checkpoint.labs:
+        lines += [
+            f"## 观察 {lab.id} · {lab.title}",
+            "",
+            f"- 看这些名字：{'、'.join(_code(name) for name in lab.implements)}",
+            f"- 测试：{counts.get(lab.id, 0)} 个测试函数，pytest 标记 `{lab.marker}`",
+            f"- 运行：`python -m pytest -m {lab.marker}`",
+            f"- 提示：`pi-course hint {lab.id}`（共 {len(lab.hints)} 条，每次多显示一条）",
+            "",
+        ]
+    return "\n".join(lines)
+
+
 def meta_record(course: Course, checkpoint: Checkpoint, root: Path) -> dict[str, object]:
     """The metadata of a freshly filled folder: what was shipped and from where."""
     shipped = [name for name in tracked_files(root) if not name.startswith(f"{META_DIR}/")]
@@ -246,6 +294,7 @@ def meta_record(course: Course, checkpoint: Checkpoint, root: Path) -> dict[str,
         "kit_version": __version__,
         "kit_root": str(course.root),
         "language": course.language,
+        "kind": checkpoint.kind,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "teaching_files": list(checkpoint.teaching_files),
         "labs": [
@@ -268,8 +317,9 @@ def fill_files(course: Course, checkpoint: Checkpoint, root: Path) -> None:
     contract = contract_path(course, checkpoint)
     if contract is not None:
         shutil.copyfile(contract, root / CONTRACT)
+    guide = observation_guide if checkpoint.observation else lab_guide
     (root / GUIDE).write_text(
-        lab_guide(course, checkpoint, notebook.name if notebook else None, contract is not None),
+        guide(course, checkpoint, notebook.name if notebook else None, contract is not None),
         encoding="utf-8",
     )
     pristine = root / META_DIR / STARTER_DIR
@@ -299,10 +349,14 @@ def next_steps(course: Course, checkpoint: Checkpoint, dest: Path, kit_installed
         _("practice folder ready: {dest} (checkpoint {id}: {title})").format(
             dest=dest, id=checkpoint.id, title=checkpoint.title
         ),
-        _("next steps:"),
     ]
+    if checkpoint.observation:
+        lines.append(observation_note())
+    lines.append(_("next steps:"))
     if not kit_installed:
         lines.append(f"  bash {course.root}/scripts/bootstrap && . {course.root}/.venv/bin/activate")
+    if checkpoint.observation:
+        return lines + observation_steps(checkpoint, dest)
     lines += [
         f"  cd {dest}",
         f"  python -m pytest -m {first.marker} -x   # "
@@ -313,6 +367,27 @@ def next_steps(course: Course, checkpoint: Checkpoint, dest: Path, kit_installed
         f"  pi-course hint {first.id}              # " + _("one more hint each time"),
     ]
     return lines
+
+
+def observation_note() -> str:
+    """What a practice folder of an observation checkpoint is for, in one line."""
+    return _("this is an observation chapter: nothing to implement; run, predict, break")
+
+
+def observation_steps(checkpoint: Checkpoint, dest: Path) -> list[str]:
+    """The commands of an observation folder: everything is green from the start; predict, run, break, restore."""
+    notebook = Path(checkpoint.notebook).name
+    teaching = checkpoint.teaching_files[0]
+    return [
+        f"  cd {dest}",
+        "  python -m pytest                 # "
+        + _("green from the start: this folder holds the target itself"),
+        f"  jupyter lab {notebook}   # " + _("predict what each cell shows before you run it"),
+        f"  edit {teaching}   # "
+        + _("break it on purpose, then `pi-course check` shows which test catches it"),
+        "  pi-course reset --all            # " + _("put the file back as it was"),
+        f"  pi-course hint {checkpoint.labs[0].id}                # " + _("one more hint each time"),
+    ]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -340,9 +415,17 @@ def run(args: argparse.Namespace) -> int:
     course = manifest.load(course_manifest(args.course))
     checkpoint = course.checkpoint(args.checkpoint)
     if args.source is not None:
-        from pi_course_kit.learner.lineage import create_from
+        from pi_course_kit.learner.lineage import create_from, replaced_files
 
         dest = create_from(course, checkpoint, args.source, args.dir)
+        replaced = replaced_files(dest)
+        if replaced:
+            print(
+                _(
+                    "this chapter changes {files}, so they come from the course, not from {source} "
+                    "(your own versions stay there)"
+                ).format(files=", ".join(replaced), source=args.source)
+            )
     else:
         dest = create(course, checkpoint, args.dir)
     kit_installed = importlib.util.find_spec("pytest") is not None

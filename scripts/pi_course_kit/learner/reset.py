@@ -14,7 +14,7 @@ from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import write_text_atomically
 from pi_course_kit.core.folder import BACKUP_DIR, META_DIR, PracticeFolder, open_folder
 from pi_course_kit.core.i18n import _
-from pi_course_kit.core.regions import find_stubs, functions
+from pi_course_kit.core.regions import find_stubs, functions, lab_import
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -81,7 +81,7 @@ def _span(node: FunctionNode, ends: list[int], lines: list[str]) -> tuple[int, i
     return header_end + 1, last, False
 
 
-LAB_IMPORT = "from .lab import LabNotImplemented\n"
+LAB_IMPORT = "from .lab import LabNotImplemented\n"  # a top-level module's; see regions.lab_import
 
 
 def _imports_lab_error(tree: ast.Module) -> bool:
@@ -91,11 +91,11 @@ def _imports_lab_error(tree: ast.Module) -> bool:
     )
 
 
-def _after_imports(tree: ast.Module, lines: list[str]) -> int:
+def _after_imports(tree: ast.Module, lines: list[str], import_line: str = LAB_IMPORT) -> int:
     """Where the stubs' import goes (0-based): sorted among the local imports, else after the last import."""
     imports = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
     for node in imports:
-        if isinstance(node, ast.ImportFrom) and node.level and lines[node.lineno - 1] > LAB_IMPORT:
+        if isinstance(node, ast.ImportFrom) and node.level and lines[node.lineno - 1] > import_line:
             return node.lineno - 1
     return (imports[-1].end_lineno or imports[-1].lineno) if imports else 0
 
@@ -139,7 +139,11 @@ def restore_labs(learner: str, starter: str, labs: set[str], filename: str) -> t
     for first, last, body in sorted(edits, reverse=True):
         learner_lines[first - 1 : last] = body
     if stubs and not _imports_lab_error(learner_tree):
-        learner_lines.insert(_after_imports(learner_tree, learner_lines), LAB_IMPORT)
+        import_line = lab_import(filename)
+        at = _after_imports(learner_tree, learner_lines, import_line)
+        # With no import of the package's own yet, the new one opens that group after a blank line.
+        local = any(isinstance(node, ast.ImportFrom) and node.level for node in learner_tree.body)
+        learner_lines.insert(at, ("\n" if at and not local else "") + import_line)
     result = "".join(learner_lines)
     ast.parse(result, filename)  # never write a file that the reset itself broke
     return result, [stub.qualname for stub in stubs]
@@ -186,6 +190,10 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = course.checkpoint(folder.checkpoint_id)
     if args.undo:
         return undo(folder, list(checkpoint.teaching_files))
+    if checkpoint.observation and args.lab:
+        checkpoint.lab(args.lab)  # an unknown step is still refused
+        # An observation step has no stubs: putting it back means putting back the files it observes.
+        args.all = True
     starter_tree = course.root / checkpoint.starter
     files = list(checkpoint.teaching_files)
     new_text: dict[str, str] = {}

@@ -24,12 +24,16 @@ def is_lab_error(error: BaseException) -> bool:
 
 
 def _where(tb: TracebackType | None, package: str) -> str:
-    """`pi_course/tool.py:96`: the deepest frame in the package that is not the error class itself."""
+    """`pi_course/tool.py:96`: the deepest frame in the package that is not the error class itself.
+
+    A file of a subpackage keeps its folders: `pi_course/survival/events.py:90`.
+    """
     found = ""
     for frame in traceback.extract_tb(tb):
-        path = Path(frame.filename)
-        if path.parent.name == package and path.name != "lab.py":
-            found = f"{package}/{path.name}:{frame.lineno}"
+        parts = Path(frame.filename).parts
+        if package in parts[:-1] and parts[-1] != "lab.py":
+            start = len(parts) - 1 - parts[::-1].index(package)
+            found = f"{'/'.join(parts[start:])}:{frame.lineno}"
     return found or package
 
 

@@ -35,7 +35,8 @@ BWRAP, UNSAFE = "bwrap", "limits (--unsafe)"
 WORK, SITE, KIT = "/grade/work", "/grade/site-packages", "/grade/kit"
 TREE = f"{WORK}/tree"  # the staged copy, always at this path, so one compiled test module fits every learner
 SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
-# What the focused tests and the report import besides the standard library and pi_course. The
+# What the focused tests and the report import besides the standard library and pi_course; the course
+# adds what its own package imports (course.toml's `[course] requires`, e.g. an HTTP client). The
 # sandbox gets these distributions and everything they require here (pygments, pluggy, iniconfig, ...),
 # each with every top-level module it installs (pytest brings `py.py`, hypothesis `_hypothesis_*`).
 ROOTS = ("pytest", "pytest-timeout", "hypothesis")
@@ -71,12 +72,12 @@ class Probe:
     message: str
 
 
-def distributions() -> list[importlib.metadata.Distribution]:
-    """ROOTS and, transitively, every distribution they require on this Python (markers evaluated)."""
+def distributions(requires: tuple[str, ...] = ()) -> list[importlib.metadata.Distribution]:
+    """ROOTS, the course's `requires` and, transitively, every distribution they require on this Python."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     found: dict[str, importlib.metadata.Distribution] = {}
-    wanted = list(ROOTS)
+    wanted = [*ROOTS, *requires]
     while wanted:
         name = wanted.pop()
         key = name.lower().replace("_", "-")
@@ -97,16 +98,18 @@ def distributions() -> list[importlib.metadata.Distribution]:
 
 
 @functools.cache
-def site_paths() -> tuple[Path, ...]:
+def site_paths(requires: tuple[str, ...] = ()) -> tuple[Path, ...]:
     """The installed top-level modules and packages of `distributions()`, as their installers recorded them."""
     paths: dict[str, Path] = {}
-    for distribution in distributions():
+    for distribution in distributions(requires):
         for file in distribution.files or ():
             top = file.parts[0]
             if top in ("..", "__pycache__") or top.endswith((".dist-info", ".pth")):
                 continue  # scripts in bin/, caches, metadata and path hooks: nothing a test imports
             located = Path(str(distribution.locate_file(top)))
-            if located.is_dir() or (top.endswith(".py") and located.is_file()):
+            # Top-level extension modules count too: a mypyc-compiled distribution (mypy) ships its code
+            # in one `<hash>__mypyc.cpython-*.so` beside its packages.
+            if located.is_dir() or (top.endswith((".py", ".so", ".pyd")) and located.is_file()):
                 paths[top] = located
     return tuple(paths[top] for top in sorted(paths))
 
@@ -148,6 +151,7 @@ def _sandbox(
     seccomp_fd: int,
     *,
     one_run: bool,
+    requires: tuple[str, ...] = (),
 ) -> list[str]:
     """The bwrap options every sandbox shares: namespaces, the allow-listed files, `work` read-only.
 
@@ -182,7 +186,7 @@ def _sandbox(
         argv += ["--tmpfs", folder, "--remount-ro", folder]
     for folder in ("/grade", SITE):
         argv += ["--perms", "0755", "--dir", folder]
-    for path in site_paths():
+    for path in site_paths(requires):
         argv += ["--ro-bind", str(path), f"{SITE}/{path.name}"]
     argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
     # The filter denies the keyring calls; these two files would still list the grader's keys by name.
@@ -216,10 +220,12 @@ def command(
     uid: int | None,
     env: Mapping[str, str],
     seccomp_fd: int,
+    requires: tuple[str, ...] = (),
 ) -> list[str]:
     """The bwrap command line of one fresh sandbox that runs `python ARGS` in `work`/tree."""
     python, _ = interpreter()
-    argv = _sandbox(work, kit, uid, ("CAP_SETUID", "CAP_SETGID"), env, seccomp_fd, one_run=True)
+    caps = ("CAP_SETUID", "CAP_SETGID")
+    argv = _sandbox(work, kit, uid, caps, env, seccomp_fd, one_run=True, requires=requires)
     argv += ["--chdir", TREE]
     if uid is not None:
         argv += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
@@ -242,7 +248,13 @@ def command(
 
 
 def server_command(
-    work: Path, kit: Path, uid: int | None, env: Mapping[str, str], control_fd: int, seccomp_fd: int
+    work: Path,
+    kit: Path,
+    uid: int | None,
+    env: Mapping[str, str],
+    control_fd: int,
+    seccomp_fd: int,
+    requires: tuple[str, ...] = (),
 ) -> list[str]:
     """The bwrap command line of a slot's long-lived sandbox, with the fork server as its PID 1.
 
@@ -250,7 +262,7 @@ def server_command(
     after it (kill, remove its files in /tmp); without root it has no capabilities at all.
     """
     python, _ = interpreter()
-    argv = _sandbox(work, kit, uid, SERVER_CAPS, env, seccomp_fd, one_run=False)
+    argv = _sandbox(work, kit, uid, SERVER_CAPS, env, seccomp_fd, one_run=False, requires=requires)
     # No --die-with-parent: a grading thread that ends must not take the slot with it. The server
     # exits when the grader's end of its socket closes, which happens when the grader dies too.
     argv += ["--chdir", WORK, "--as-pid-1", str(python), "-s", "-P", f"{KIT}/forkserver.py", str(control_fd)]
@@ -307,6 +319,7 @@ def sandboxed(
     limits: Limits,
     uid: int | None,
     env: Mapping[str, str],
+    requires: tuple[str, ...] = (),
 ) -> Sandboxed:
     """Run `python ARGS` in a fresh sandbox on `work`/tree; its records land in `out/report.jsonl`.
 
@@ -320,7 +333,7 @@ def sandboxed(
         if uid is not None:
             os.fchown(report, uid, uid)
         run_env = {**env, JSON_ENV: f"/proc/self/fd/{report}"}
-        argv = command(work, kit, args, limits, uid, run_env, rules)
+        argv = command(work, kit, args, limits, uid, run_env, rules, requires)
         returncode, timed_out, seconds = run(argv, log, limits.wall_seconds, (report, rules))
     finally:
         os.close(report)

@@ -43,8 +43,17 @@ def install(kit: Path) -> None:
 class SlotServer:
     """The fork server of one slot; started on first use and again after a run that left traces."""
 
-    def __init__(self, work: Path, kit: Path, uid: int | None, env: Mapping[str, str], log: Path) -> None:
+    def __init__(
+        self,
+        work: Path,
+        kit: Path,
+        uid: int | None,
+        env: Mapping[str, str],
+        log: Path,
+        requires: tuple[str, ...] = (),
+    ) -> None:
         self.work, self.kit, self.uid, self.env, self.log = work, kit, uid, dict(env), log
+        self.requires = requires
         self.process: subprocess.Popen[bytes] | None = None
         self.channel: socket.socket | None = None
         self.is_ready = False
@@ -63,7 +72,9 @@ class SlotServer:
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         rules = seccomp.descriptor()
-        argv = bwrap.server_command(self.work, self.kit, self.uid, self.env, theirs.fileno(), rules)
+        argv = bwrap.server_command(
+            self.work, self.kit, self.uid, self.env, theirs.fileno(), rules, self.requires
+        )
         try:
             with self.log.open("ab") as sink:
                 self.process = subprocess.Popen(
