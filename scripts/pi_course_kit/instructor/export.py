@@ -26,6 +26,7 @@ REQUIREMENTS = (
     "pytest-timeout>=2.3",
     "hypothesis>=6.100",
     "jsonschema>=4.21",
+    "httpx>=0.27",
     "pyseccomp>=0.1.2; sys_platform == 'linux'",
 )
 SKIP = ("__pycache__", ".pytest_cache", ".mypy_cache", ".hypothesis")
@@ -151,6 +152,7 @@ def write_classroom(checkpoint: Checkpoint, repository: Path, kit: str) -> Path:
     if target.exists():
         raise KitError(f"{target} already exists; remove it first if you want it rewritten")
     target.parent.mkdir(parents=True, exist_ok=True)
+    # Built as data and dumped by PyYAML: whatever --kit holds cannot change the workflow's structure.
     target.write_text(classroom.workflow(checkpoint, kit), encoding="utf-8")
     return target
 

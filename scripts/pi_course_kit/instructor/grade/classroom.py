@@ -14,7 +14,7 @@ from typing import Any
 
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.instructor.grade import feedback
+from pi_course_kit.instructor.grade import feedback, workflow_yaml
 from pi_course_kit.instructor.grade.grader import Grader, LearnerRecord, Reference
 from pi_course_kit.instructor.grade.points import SCORED, points_of
 from pi_course_kit.instructor.promises import run_tree
@@ -64,45 +64,5 @@ def use_starter_reference(grader: Grader, course: Course, checkpoint: Checkpoint
 
 
 def workflow(checkpoint: Checkpoint, kit: str) -> str:
-    """The GitHub Actions workflow for a learner's practice repository of `checkpoint`."""
-    return f"""\
-# GitHub Classroom autograding for checkpoint {checkpoint.id} ({checkpoint.slug}), written by
-# `pi-course export classroom {checkpoint.id}`. It grades this repository with the kit's own pristine
-# focused tests (edits under tests/ change nothing) and reports points per lab to GitHub Classroom.
-name: Autograding Tests
-"on":
-  - push
-  - repository_dispatch
-  - workflow_dispatch
-permissions:
-  checks: write
-  actions: read
-  contents: read
-jobs:
-  run-autograding-tests:
-    name: Autograding Tests
-    runs-on: ubuntu-latest
-    if: github.actor != 'github-classroom[bot]'
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-      - name: Install the pi-course kit
-        run: python -m pip install --quiet "{kit}"
-      # --unsafe: no bubblewrap sandbox. This throwaway runner belongs to the learner, who also controls this
-      # file, so a sandbox would protect nothing here (and Ubuntu runners restrict user namespaces).
-      # The tests are still the installed kit's pristine ones.
-      - name: Grade checkpoint {checkpoint.id}
-        id: {RUNNER}
-        run: |
-          pi-course grade . --checkpoint {checkpoint.id} --unsafe --classroom "$RUNNER_TEMP/{RUNNER}.json" || true
-          test -s "$RUNNER_TEMP/{RUNNER}.json"
-          echo "result=$(base64 -w0 "$RUNNER_TEMP/{RUNNER}.json")" >> "$GITHUB_OUTPUT"
-      - name: Report points to GitHub Classroom
-        uses: classroom-resources/autograding-grading-reporter@v1
-        env:
-          {RUNNER.upper()}_RESULTS: "${{{{ steps.{RUNNER}.outputs.result }}}}"
-        with:
-          runners: {RUNNER}
-"""
+    """The GitHub Actions workflow for a learner's practice repository of `checkpoint` (dumped by PyYAML)."""
+    return workflow_yaml.render(checkpoint, kit, RUNNER)

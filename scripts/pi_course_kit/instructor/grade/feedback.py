@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
@@ -12,10 +14,24 @@ from pi_course_kit.instructor.grade.grader import LearnerRecord
 from pi_course_kit.instructor.grade.points import LabPoints, Points, points_of
 from pi_course_kit.instructor.grade.questions import question
 
+#: Most file systems refuse a name over 255 bytes; a percent-encoded CJK character takes 9, so a
+#: 31-character Chinese folder name was already too long. Names stay well below, room for a suffix.
+MAX_NAME_BYTES = 200
+
 
 def file_name(learner: str) -> str:
-    """A file name for a learner id: percent-encoded, so distinct ids (with slashes) never collide."""
-    return quote(learner, safe="-_.@") + ".md"
+    """A file name for a learner id: percent-encoded, so distinct ids (with slashes) never collide.
+
+    A name that would pass MAX_NAME_BYTES is cut (never inside a %XX escape) and ends in a short hash of
+    the whole id, so two long ids that share their beginning still get two files.
+    """
+    name = quote(learner, safe="-_.@")  # ASCII only: one byte per character
+    if len(name) + len(".md") <= MAX_NAME_BYTES:
+        return name + ".md"
+    digest = hashlib.sha256(learner.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    cut = name[: MAX_NAME_BYTES - len(".md") - len(digest) - 1]
+    cut = re.sub(r"%[0-9A-Fa-f]?$", "", cut)
+    return f"{cut}~{digest}.md"
 
 
 def first_failing(record: LearnerRecord, lab_id: str) -> str | None:

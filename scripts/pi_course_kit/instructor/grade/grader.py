@@ -99,6 +99,8 @@ class LearnerRecord:
     seconds: float = 0.0
     #: One verdict per pristine test, in run order: {"nodeid", "lab", "outcome"} ("missing" when it did not run).
     tests: list[dict[str, str]] = field(default_factory=list)
+    #: Seconds each pristine test that ran took, by node id, as its run reported them (JUnit's testcase time).
+    durations: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON data."""
@@ -215,7 +217,9 @@ class Grader:
                 server = None
                 if not (unsafe or fresh_sandboxes):
                     log = self.scratch / f"slot-{number}.log"
-                    server = slots.SlotServer(work, self.kit_dir, uid, sandbox.RUN_ENV, log)
+                    server = slots.SlotServer(
+                        work, self.kit_dir, uid, sandbox.RUN_ENV, log, self.course.requires
+                    )
                 slot = Slot(uid, work, server)
                 self.all_slots.append(slot)
                 self.slots.put(slot)
@@ -471,7 +475,9 @@ class Grader:
             )
         if slot.server is not None:
             return slot.server.run(args[2:], self.limits, out)  # without "-m pytest": the server is pytest
-        return bwrap.sandboxed(slot.work, out, self.kit_dir, args, self.limits, slot.uid, sandbox.RUN_ENV)
+        return bwrap.sandboxed(
+            slot.work, out, self.kit_dir, args, self.limits, slot.uid, sandbox.RUN_ENV, self.course.requires
+        )
 
     def _practice_checkpoint(self, folder: Path, record: LearnerRecord) -> Checkpoint | None:
         try:
@@ -540,6 +546,16 @@ def _verdicts(reference: Reference, by_node: dict[str, dict[str, Any]]) -> list[
         {"nodeid": node, "lab": lab, "outcome": clean(by_node.get(node, {}).get("outcome", "missing"), 20)}
         for node, lab in reference.labs_of.items()
     ]
+
+
+def _durations(reference: Reference, by_node: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Each pristine test's reported duration, when it is a finite number of seconds >= 0."""
+    found = {}
+    for node in reference.labs_of:
+        value = by_node.get(node, {}).get("duration")
+        if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e9:
+            found[node] = round(float(value), 6)
+    return found
 
 
 def edited_tests(course: Course, checkpoint: Checkpoint, folder: Path) -> list[str]:
@@ -665,6 +681,7 @@ def _score(
     if broken and not verdicts.tampering:
         record.flags.append(f"parent labs not green: {', '.join(broken)}")
     record.tests = _verdicts(reference, {} if verdicts.tampering else by_node)
+    record.durations = _durations(reference, {} if verdicts.tampering else by_node)
     record.total = sum(s.total for s in required)
     # MemoryError is read from the structured verdict of a graded test, never from printed text.
     if any(str(t.get("exc_type", "")) == "MemoryError" for t in by_node.values()):
@@ -724,7 +741,11 @@ def write_json_lines(path: Path, records: Sequence[LearnerRecord]) -> None:
                 "learner": clean(record.learner, 4096),
                 "folder": clean(record.folder, 4096),
             }
-            handle.write(json.dumps(data, ensure_ascii=False) + "\n")
+            # U+2028/U+2029 inside a string are escaped: many line readers split on them.
+            line = (
+                json.dumps(data, ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+            )
+            handle.write(line + "\n")
 
 
 def write_csv(path: Path, records: Sequence[LearnerRecord]) -> None:

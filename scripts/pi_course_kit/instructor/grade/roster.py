@@ -1,14 +1,19 @@
 """Who each submission belongs to: ids from a roster CSV, from the path below a submissions root, or the path.
 
 Never a bare folder name: `sub/s1/pi-practice` and `sub/s2/pi-practice` must stay two learners.
+A roster row that cannot be graded (a blank cell, a repeated id or folder) and a folder below the
+submissions root that holds no submission still get a row in every output, with the reason: a learner
+must never vanish from the gradebook because of one bad cell.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import os
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pi_course_kit.core.errors import KitError
@@ -16,6 +21,16 @@ from pi_course_kit.core.folder import META_PATH
 
 META = META_PATH
 MAX_DEPTH = 4
+COLUMNS = ("learner", "submission")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One row of the class: a learner id, its folder, and why it cannot be graded ("" when it can)."""
+
+    learner: str
+    folder: Path
+    problem: str = ""
 
 
 def normalise(folder: Path, package: str) -> Path:
@@ -42,27 +57,81 @@ def find_submissions(root: Path, package: str, bare: bool) -> list[Path]:
     return found
 
 
-def read_roster(path: Path) -> list[tuple[str, Path]]:
-    """(learner id, submission folder) per row of a CSV with `learner` and `submission` columns."""
+def with_every_folder(root: Path, found: Sequence[Path]) -> list[Path]:
+    """`found` plus each folder right below `root` that holds none of them, sorted.
+
+    Every folder there is somebody's: one holding no submission (empty, or loose .py files) is handed on
+    as it is, so the grader gives it a row with its reason instead of the class silently losing it.
+    """
+    extra = [
+        child
+        for child in root.iterdir()
+        if child.is_dir()
+        and not child.is_symlink()
+        and not child.name.startswith(".")
+        and not any(folder.is_relative_to(child) for folder in found)
+    ]
+    return sorted([*found, *extra])
+
+
+def _delimiter(first_line: str) -> str:
+    """`,` or `;` (what Excel writes where the decimal mark is a comma): whichever splits out both columns."""
+    for delimiter in (",", ";"):
+        names = {cell.strip().lower() for cell in first_line.split(delimiter)}
+        if set(COLUMNS) <= names:
+            return delimiter
+    return ","
+
+
+def read_roster(path: Path) -> list[Submission]:
+    """One Submission per row of a CSV with `learner` and `submission` columns (any case, `,` or `;`).
+
+    A row with a blank cell, or repeating an earlier row's id or folder, becomes a Submission with its
+    problem; only a file without the two columns is refused as a whole.
+    """
     try:
-        with path.open(encoding="utf-8-sig", newline="") as handle:
-            rows = list(csv.DictReader(handle))
+        text = path.read_text(encoding="utf-8-sig")
+        first_line = text.lstrip("\r\n").split("\n", 1)[0]
+        rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=_delimiter(first_line)))
     except OSError as error:
         raise KitError(f"--roster {path}: cannot read it ({error.strerror}); give a CSV file") from None
     except (csv.Error, UnicodeDecodeError) as error:
         raise KitError(f"--roster {path}: not a readable CSV ({error})") from None
-    if not rows or not {"learner", "submission"} <= set(rows[0]):
+    header = [cell.strip().lower() for cell in rows[0]] if rows else []
+    if not set(COLUMNS) <= set(header) or len(rows) < 2:
         raise KitError(
             f"--roster {path}: needs a header row with the columns learner,submission and one row per learner"
         )
-    pairs = []
-    for number, row in enumerate(rows, 2):
-        learner, submission = (row.get("learner") or "").strip(), (row.get("submission") or "").strip()
+    at_learner, at_submission = header.index("learner"), header.index("submission")
+    found: list[Submission] = []
+    ids: dict[str, int] = {}
+    folders: dict[Path, int] = {}
+    for number, row in enumerate(rows[1:], 2):
+        cells = [*row, "", ""]
+        learner, submission = cells[at_learner].strip(), cells[at_submission].strip()
+        if not learner and not submission:
+            continue  # an empty line of the spreadsheet is nobody
+        # A blank submission cell is no folder at all (Path() is written as an empty cell).
+        folder = (
+            Path(submission) if Path(submission).is_absolute() or not submission else path.parent / submission
+        )
+        where = f"roster row {number}"
+        problem = ""
         if not learner or not submission:
-            raise KitError(f"--roster {path}:{number}: learner and submission must both be filled in")
-        folder = Path(submission)
-        pairs.append((learner, folder if folder.is_absolute() else path.parent / folder))
-    return pairs
+            missing = "learner id" if not learner else "submission folder"
+            problem = f"{where}: the {missing} is blank; fill in both learner and submission"
+        elif learner in ids:
+            problem = f"{where}: learner id {learner!r} is already on row {ids[learner]}; make ids unique"
+        elif folder.resolve() in folders:
+            problem = f"{where}: submission {submission} is already listed on row {folders[folder.resolve()]}"
+        else:
+            ids[learner] = number
+            folders[folder.resolve()] = number
+        if problem:
+            # Its own id, so the row stays apart from the learner it repeats (and from every other row).
+            learner = f"{learner or submission} ({where})"
+        found.append(Submission(learner, folder, problem))
+    return found
 
 
 def _check_unique(pairs: Sequence[tuple[str, Path]], source: str) -> None:
@@ -77,27 +146,26 @@ def _check_unique(pairs: Sequence[tuple[str, Path]], source: str) -> None:
         raise KitError(f"submission {twice[0]} is listed more than once ({source}); list each folder once")
 
 
-def assign(
+def plan(
     dirs: Sequence[Path],
     package: str,
     roster: Path | None = None,
     root: Path | None = None,
     bare: bool = False,
-) -> list[tuple[str, Path]]:
-    """(learner id, folder) for every submission to grade, in the order given (roster order, or sorted)."""
+) -> list[Submission]:
+    """Every row of the class, in the order given (roster order, or sorted); some may carry a problem."""
     folders = [normalise(folder, package) for folder in dirs]
     if roster is not None:
         listed = read_roster(roster)
-        _check_unique(listed, f"roster {roster}")
         if not folders:
             return listed
-        by_folder = {folder.resolve(): learner for learner, folder in listed}
+        by_folder = {entry.folder.resolve(): entry.learner for entry in listed if not entry.problem}
         missing = [folder for folder in folders if folder.resolve() not in by_folder]
         if missing:
             raise KitError(f"{missing[0]} is not in the roster {roster}; add a row for it or leave it out")
         pairs = [(by_folder[folder.resolve()], folder) for folder in folders]
     elif root is not None:
-        folders = folders or find_submissions(root, package, bare)
+        folders = folders or with_every_folder(root, find_submissions(root, package, bare))
         if not folders:
             raise KitError(f"--submissions-root {root}: no submission found below it")
         pairs = []
@@ -113,4 +181,19 @@ def assign(
             raise KitError("give the folders to grade, or --roster FILE, or --submissions-root DIR")
         pairs = [(os.path.normpath(str(folder)), folder) for folder in folders]
     _check_unique(pairs, "the folders given")
-    return pairs
+    return [Submission(learner, folder) for learner, folder in pairs]
+
+
+def assign(
+    dirs: Sequence[Path],
+    package: str,
+    roster: Path | None = None,
+    root: Path | None = None,
+    bare: bool = False,
+) -> list[tuple[str, Path]]:
+    """(learner id, folder) for every submission to grade; the first row with a problem is refused."""
+    entries = plan(dirs, package, roster, root, bare)
+    bad = next((entry for entry in entries if entry.problem), None)
+    if bad is not None:
+        raise KitError(f"--roster {roster}: {bad.problem}")
+    return [(entry.learner, entry.folder) for entry in entries]

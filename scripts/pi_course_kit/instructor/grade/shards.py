@@ -5,8 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.instructor.grade.roster import Submission
+
+#: A (learner id, folder) pair or a whole roster row.
+Entry = TypeVar("Entry", tuple[str, Path], Submission)
 
 SHARD = re.compile(r"^(?P<k>\d+)/(?P<n>\d+)$")
 
@@ -21,7 +26,14 @@ def parse(text: str) -> tuple[int, int]:
     return int(match["k"]), int(match["n"])
 
 
-def select(pairs: Sequence[tuple[str, Path]], k: int, n: int) -> list[tuple[str, Path]]:
-    """The K-th of N slices: learners sorted by id, then dealt round-robin (sizes differ by at most one)."""
-    ordered = sorted(pairs, key=lambda pair: pair[0])
-    return [pair for index, pair in enumerate(ordered) if index % n == k - 1]
+def _learner(entry: tuple[str, Path] | Submission) -> str:
+    return entry.learner if isinstance(entry, Submission) else entry[0]
+
+
+def select(entries: Sequence[Entry], k: int, n: int) -> list[Entry]:
+    """The K-th of N slices: learners sorted by id, then dealt round-robin (sizes differ by at most one).
+
+    Rows with a problem (a bad roster row) are dealt like the others, so each appears in exactly one shard.
+    """
+    ordered = sorted(entries, key=_learner)
+    return [entry for index, entry in enumerate(ordered) if index % n == k - 1]
