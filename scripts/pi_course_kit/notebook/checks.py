@@ -6,7 +6,6 @@ The tests run on a staged copy of the notebook's tree in their own interpreter; 
 from __future__ import annotations
 
 import hashlib
-import html
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 from pi_course_kit.core import manifest, records, runner, staging
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.markup import el, style
 from pi_course_kit.notebook.tree import current_tree
 from pi_course_kit.notebook.views import MONO
 
@@ -21,7 +21,7 @@ from pi_course_kit.notebook.views import MONO
 STATUS_COLOURS = {
     records.DONE: "#1a7f37",
     records.FAILING: "#cf222e",
-    records.NOT_STARTED: "#9a6700",
+    records.NOT_STARTED: "#7d4e00",
     records.BLOCKED: "#8250df",
     records.IN_PROGRESS: "#0969da",
     records.NOT_RUN: "#57606a",
@@ -94,30 +94,42 @@ class CheckReport:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        esc = html.escape
         cell = "text-align:left;padding:2px 10px 2px 0"
-        rows = "".join(
-            f"<tr><td style='{cell}'>{esc(row['id'])}</td><td style='{cell}'>{row['passed']}/{row['total']}</td>"
-            f"<td style='{cell};color:{STATUS_COLOURS.get(row['status'], '#57606a')};font-weight:bold'>"
-            f"{esc(self._status(row))}</td><td style='{cell}'>{esc(row['title'])}</td></tr>"
+        rows = [
+            el(
+                "tr",
+                el("td", row["id"], style=cell),
+                el("td", f"{row['passed']}/{row['total']}", style=cell),
+                el(
+                    "td",
+                    self._status(row),
+                    style=style(
+                        cell, f"color:{STATUS_COLOURS.get(row['status'], '#57606a')}", "font-weight:bold"
+                    ),
+                ),
+                el("td", row["title"], style=cell),
+            )
             for row in self.labs
-        )
+        ]
         groups, more = self.failure_groups()
         items = [
-            f"<li><span style='color:#cf222e'>✗</span> ×{count} <code style=\"{MONO}\">{esc(message)}</code></li>"
+            el("li", el("span", "✗", style="color:#cf222e"), f" ×{count} ", el("code", message, style=MONO))
             for message, count in groups
         ]
         if more:
-            items.append(f"<li>…另有 {more} 种失败</li>")
-        nxt = f"<div>{esc(self._next())}</div>" if self._next() else ""
+            items.append(el("li", f"…另有 {more} 种失败"))
         colour = "#1a7f37" if self.passed else "#cf222e"
-        head = "".join(f"<th style='{cell}'>{h}</th>" for h in ("Lab", "测试", "状态", "标题"))
-        return (
-            "<div style='font-size:13px'>"
-            f'<div><code style="{MONO}">{esc(self.command)}</code> · {esc(self.tree)}</div>'
-            f"<div style='color:{colour}'><b>{esc(self.status_line())}</b></div>"
-            f"<table style='border-collapse:collapse'><tr>{head}</tr>{rows}</table>"
-            f"<ul style='margin:4px 0'>{''.join(items)}</ul>{nxt}</div>"
+        head = el("tr", [el("th", h, style=cell) for h in ("Lab", "测试", "状态", "标题")])
+        return str(
+            el(
+                "div",
+                el("div", el("code", self.command, style=MONO), f" · {self.tree}"),
+                el("div", el("b", self.status_line()), style=f"color:{colour}"),
+                el("table", el("thead", head), el("tbody", rows), style="border-collapse:collapse"),
+                el("ul", items, style="margin:4px 0") if items else None,
+                el("div", self._next()) if self._next() else None,
+                style="font-size:13px",
+            )
         )
 
 

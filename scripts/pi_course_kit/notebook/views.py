@@ -6,14 +6,20 @@ neither may hold a memory address or a raw timestamp.
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from markupsafe import Markup
+
+from pi_course_kit.core.markup import el, style
+
+# A CSS value may hold quotes: the builder escapes it inside a double-quoted attribute.
 MONO = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,'Noto Sans Mono CJK SC',monospace"
 PRE = f"margin:2px 0;{MONO};font-size:12px;white-space:pre-wrap;word-break:break-word"
+#: Secondary text: 6:1 on white and on the light panels (#f6f8fa), above the 4.5:1 that text needs.
+MUTED = "#57606a"
 # Longer than this, JSON goes into a collapsed <details> block (one tool result, 16 lines, stays open).
 OPEN_LINES = 16
 
@@ -53,17 +59,24 @@ def compact(value: object) -> str:
     return json.dumps(plain(value), ensure_ascii=False)
 
 
-def json_html(value: object, summary: str = "", *, open_lines: int = OPEN_LINES) -> str:
+def json_html(value: object, summary: str = "", *, open_lines: int = OPEN_LINES) -> Markup:
     """Monospace JSON; longer than `open_lines`, collapsed under a one-line summary."""
     text = dumps(value)
-    body = f'<pre style="{PRE}">{html.escape(text)}</pre>'
+    body = el("pre", text, style=PRE)
     lines = text.count("\n") + 1
     if lines <= open_lines:
         return body
-    label = html.escape(summary or compact(value)[:80])
-    return (
-        f'<details><summary style="cursor:pointer;{MONO};font-size:12px">{label} '
-        f"<span style='color:#57606a'>（{lines} 行，点击展开）</span></summary>{body}</details>"
+    label = summary or compact(value)[:80]
+    return el(
+        "details",
+        el(
+            "summary",
+            label,
+            " ",
+            el("span", f"（{lines} 行，点击展开）", style=f"color:{MUTED}"),
+            style=style("cursor:pointer", MONO, "font-size:12px"),
+        ),
+        body,
     )
 
 
@@ -81,7 +94,7 @@ class JsonView:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        return json_html(self.value, self.summary)
+        return str(json_html(self.value, self.summary))
 
 
 def cell_text(value: object) -> str:
@@ -113,17 +126,14 @@ class Table:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        esc = html.escape
-        style = "text-align:left;padding:2px 10px 2px 0;vertical-align:top"
-        head = "".join(f"<th style='{style}'>{esc(h)}</th>" for h in self.headers)
-        body = "".join(
-            "<tr>" + "".join(f"<td style='{style};{MONO}'>{esc(cell_text(v))}</td>" for v in row) + "</tr>"
-            for row in self.rows
+        cell = "text-align:left;padding:2px 10px 2px 0;vertical-align:top"
+        caption = el("caption", self.caption, style="text-align:left") if self.caption else None
+        head = el("thead", el("tr", [el("th", h, style=cell) for h in self.headers]))
+        body = el(
+            "tbody",
+            [el("tr", [el("td", cell_text(v), style=style(cell, MONO)) for v in row]) for row in self.rows],
         )
-        caption = f"<caption style='text-align:left'>{esc(self.caption)}</caption>" if self.caption else ""
-        return (
-            f"<table style='border-collapse:collapse;font-size:12px'>{caption}<tr>{head}</tr>{body}</table>"
-        )
+        return str(el("table", caption, head, body, style="border-collapse:collapse;font-size:12px"))
 
 
 def display(view: object) -> None:

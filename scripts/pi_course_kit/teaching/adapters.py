@@ -7,7 +7,6 @@ those keys), so the kit never imports `pi_course`.
 from __future__ import annotations
 
 import copy
-import html
 import json
 import sys
 from collections.abc import Iterable, Mapping
@@ -15,6 +14,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, ClassVar
 
+from markupsafe import Markup
+
+from pi_course_kit.core.markup import el, style
 from pi_course_kit.notebook.views import PRE, json_html
 
 # rfc3987_syntax compiles a grammar when imported (about 2.5 s here), and jsonschema imports it only to
@@ -139,30 +141,40 @@ class ProviderPair:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        def column(title: str, entries: list[dict[str, Any]]) -> str:
+        def column(title: str, entries: list[dict[str, Any]]) -> Markup:
             # One line per entry, so both formats fit side by side; the pretty JSON stays collapsed.
-            lines = "".join(
-                f'<div style="{PRE};border-left:3px solid #d0d7de;padding-left:6px">'
-                f"{html.escape(json.dumps(entry, ensure_ascii=False))}</div>"
+            lines = [
+                el(
+                    "div",
+                    json.dumps(entry, ensure_ascii=False),
+                    style=style(PRE, "border-left:3px solid #d0d7de;padding-left:6px"),
+                )
                 for entry in entries
-            )
-            return (
-                f"<div style='min-width:0'><b>{title}</b>{lines}"
-                f"{json_html(entries, f'{title}（完整 JSON）', open_lines=0)}</div>"
+            ]
+            return el(
+                "div",
+                el("b", title),
+                lines,
+                json_html(entries, f"{title}（完整 JSON）", open_lines=0),
+                style="min-width:0",
             )
 
-        bold = ("<b>", "</b>") if self.VERDICTS_FIRST else ("", "")
-        verdicts = "".join(
-            f"<div style='color:{'#1a7f37' if line.startswith('✓') else '#cf222e'}'>"
-            f"{bold[0]}{html.escape(line)}{bold[1]}</div>"
+        verdicts = [
+            el(
+                "div",
+                el("b", line) if self.VERDICTS_FIRST else line,
+                style=f"color:{'#1a7f37' if line.startswith('✓') else '#cf222e'}",
+            )
             for line in self.verdicts()
+        ]
+        columns = el(
+            "div",
+            column(self.HTML_TITLES[0], self.openai),
+            column(self.HTML_TITLES[1], self.anthropic),
+            style="display:grid;grid-template-columns:1fr 1fr;column-gap:12px",
         )
-        columns = (
-            "<div style='display:grid;grid-template-columns:1fr 1fr;column-gap:12px'>"
-            f"{column(self.HTML_TITLES[0], self.openai)}{column(self.HTML_TITLES[1], self.anthropic)}</div>"
-        )
-        body = verdicts + columns if self.VERDICTS_FIRST else columns + verdicts
-        return f"<div style='font-size:12px'>{body}</div>"
+        body = [verdicts, columns] if self.VERDICTS_FIRST else [columns, verdicts]
+        return str(el("div", body, style="font-size:12px"))
 
 
 class ProviderTools(ProviderPair):

@@ -9,13 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from html import escape
+
+from markupsafe import Markup
+
+from pi_course_kit.core.markup import el
 
 BOX_W, BOX_H, GAP, MARGIN = 196, 58, 40, 16
 EXIT_Y, SINK_Y = 150, 250
 LOOP_ROOM = 30
-FONT = "font-family=\"'Noto Sans CJK SC','PingFang SC','Microsoft YaHei',sans-serif\""
+FONT = "'Noto Sans CJK SC','PingFang SC','Microsoft YaHei',sans-serif"
 GREEN, RED, GREY = "#1a7f37", "#cf222e", "#57606a"
+# SVG's camelCase attributes, which no keyword argument can spell.
+MARKER_BOX: dict[str, str | int] = {
+    "viewBox": "0 0 10 10",
+    "refX": 9,
+    "refY": 5,
+    "markerWidth": 7,
+    "markerHeight": 7,
+}
 
 
 @dataclass(frozen=True)
@@ -54,17 +65,17 @@ class FlowDiagram:
         count = len(self.stages)
         width = self._x(count) - GAP + MARGIN
         height = SINK_Y + BOX_H + MARGIN + (LOOP_ROOM if self.loop else 0)
-        out = [
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" {FONT} font-size="13">',
-            "<defs>"
-            + "".join(
-                f'<marker id="arrow-{name}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-                f'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{colour}"/></marker>'
-                for name, colour in (("ok", GREEN), ("bad", RED), ("grey", GREY))
+        markers = [
+            el(
+                "marker",
+                el("path", d="M0,0 L10,5 L0,10 z", fill=colour),
+                id=f"arrow-{name}",
+                **MARKER_BOX,
+                orient="auto-start-reverse",
             )
-            + "</defs>",
+            for name, colour in (("ok", GREEN), ("bad", RED), ("grey", GREY))
         ]
+        out: list[Markup] = [el("defs", markers)]
         # Room above the boxes for the loop-back arrow.
         top = MARGIN + (LOOP_ROOM if self.loop else 0)
         for index, stage in enumerate(self.stages):
@@ -91,20 +102,43 @@ class FlowDiagram:
             first, last = self._x(0) + BOX_W // 2, self._x(count - 1) + BOX_W // 2
             y = MARGIN + 8
             out.append(
-                f'<path d="M{last},{top} L{last},{y} L{first},{y} L{first},{top - 2}" fill="none" stroke="{GREEN}" '
-                f'stroke-width="2" marker-end="url(#arrow-ok)"/>'
-                f'<text x="{(first + last) // 2}" y="{y - 2}" text-anchor="middle" fill="{GREEN}" '
-                f'font-size="12">{escape(self.loop)}</text>'
+                el(
+                    "path",
+                    d=f"M{last},{top} L{last},{y} L{first},{y} L{first},{top - 2}",
+                    fill="none",
+                    stroke=GREEN,
+                    stroke_width=2,
+                    marker_end="url(#arrow-ok)",
+                )
             )
-        out.append("</svg>")
-        return "".join(out)
+            out.append(
+                el(
+                    "text",
+                    self.loop,
+                    x=(first + last) // 2,
+                    y=y - 2,
+                    text_anchor="middle",
+                    fill=GREEN,
+                    font_size=12,
+                )
+            )
+        svg = el(
+            "svg",
+            out,
+            xmlns="http://www.w3.org/2000/svg",
+            width=width,
+            height=height,
+            **{"viewBox": f"0 0 {width} {height}"},
+            font_family=FONT,
+            font_size=13,
+        )
+        return str(svg)
 
 
-def _line(x1: int, y1: int, x2: int, y2: int, kind: str) -> str:
+def _line(x1: int, y1: int, x2: int, y2: int, kind: str) -> Markup:
     colour = {"ok": GREEN, "bad": RED, "grey": GREY}[kind]
-    return (
-        f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{colour}" stroke-width="2" '
-        f'marker-end="url(#arrow-{kind})"/>'
+    return el(
+        "line", x1=x1, y1=y1, x2=x2, y2=y2, stroke=colour, stroke_width=2, marker_end=f"url(#arrow-{kind})"
     )
 
 
@@ -119,18 +153,24 @@ def _box(
     *,
     width: int = BOX_W,
     height: int = BOX_H,
-) -> str:
+) -> Markup:
     lines = [(title, "bold", "#1f2328")] + [(text, "normal", GREY) for text in (caption, lab) if text]
     step = height / (len(lines) + 1)
-    texts = "".join(
-        f'<text x="{x + width // 2}" y="{y + step * (i + 1) + 4:.0f}" text-anchor="middle" font-weight="{weight}" '
-        f'fill="{colour}" font-size="{13 if i == 0 else 11}">{escape(text)}</text>'
+    texts = [
+        el(
+            "text",
+            text,
+            x=x + width // 2,
+            y=f"{y + step * (i + 1) + 4:.0f}",
+            text_anchor="middle",
+            font_weight=weight,
+            fill=colour,
+            font_size=13 if i == 0 else 11,
+        )
         for i, (text, weight, colour) in enumerate(lines)
-    )
-    return (
-        f'<rect x="{x}" y="{y}" width="{width}" height="{height}" rx="8" fill="{fill}" stroke="{border}" '
-        f'stroke-width="2"/>{texts}'
-    )
+    ]
+    rect = el("rect", x=x, y=y, width=width, height=height, rx=8, fill=fill, stroke=border, stroke_width=2)
+    return Markup(rect + Markup("").join(texts))
 
 
 def flow(

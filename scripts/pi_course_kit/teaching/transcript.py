@@ -1,4 +1,4 @@
-"""The agent loop made visible: the transcript growing request by request, and the event stream as a timeline.
+"""The agent loop made visible: the transcript growing request by request (the loop's events: loop_views).
 
 Messages and events are read by duck typing (`to_dict()`, `type`, `message`, `call`), so the kit never
 imports `pi_course`; the notebook passes in what its own tree produced.
@@ -6,28 +6,31 @@ imports `pi_course`; the notebook passes in what its own tree produced.
 
 from __future__ import annotations
 
-import html
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pi_course_kit.notebook.views import MONO, compact, plain
+from markupsafe import Markup
 
-# (border, background) per role; the legend is drawn from the same table.
+from pi_course_kit.core.markup import el, style
+from pi_course_kit.notebook.views import MONO, MUTED, compact, plain
+
+# (border, background, text) per role; the legend is drawn from the same table. The text colour is a
+# darker shade of the border, at least 4.5:1 on the background and on white.
 ROLE_COLOURS = {
-    "user": ("#0969da", "#ddf4ff"),
-    "assistant": ("#8250df", "#fbefff"),
-    "toolResult": ("#1a7f37", "#dafbe1"),
-    "toolResult-error": ("#bf8700", "#fff8c5"),
+    "user": ("#0969da", "#ddf4ff", "#0550ae"),
+    "assistant": ("#8250df", "#fbefff", "#6639ba"),
+    "toolResult": ("#1a7f37", "#dafbe1", "#116329"),
+    "toolResult-error": ("#bf8700", "#fff8c5", "#7d4e00"),
 }
+OTHER_ROLE = ("#57606a", "#f6f8fa", "#1f2328")
 ROLE_TEXT = {
     "user": "用户",
     "assistant": "模型回复",
     "toolResult": "工具结果",
     "toolResult-error": "工具结果（is_error）",
 }
-EVENT_DEPTH = {"agent_start": 0, "agent_end": 0, "turn_start": 1, "turn_end": 1}
 
 
 def _data(message: object) -> dict[str, Any]:
@@ -66,27 +69,42 @@ def describe(message: object) -> tuple[str, str]:
     return role, _texts(data.get("content"))
 
 
-def _chip(message: object, new: bool) -> str:
+def _chip(message: object, new: bool) -> Markup:
     role, line = describe(message)
-    border, background = ROLE_COLOURS.get(role, ("#57606a", "#f6f8fa"))
-    weight = "border-width:2px" if new else "border-width:1px;opacity:0.75"
-    label = ROLE_TEXT.get(role, role)
-    return (
-        f"<div style='border:solid {border};{weight};background:{background};border-radius:6px;"
-        f"padding:2px 6px;margin:3px 0'><span style='color:{border};font-weight:bold'>{html.escape(label)}</span> "
-        f'<code style="{MONO};white-space:pre-wrap;word-break:break-word">{html.escape(line)}</code></div>'
+    border, background, text = ROLE_COLOURS.get(role, OTHER_ROLE)
+    # New in this column: thick border on the role's tint. Seen before: thin border on white, so the
+    # eye finds the new messages while the old ones keep their full contrast.
+    box = (
+        f"border:2px solid {border};background:{background}"
+        if new
+        else f"border:1px solid {border};background:#ffffff"
+    )
+    return el(
+        "div",
+        el("span", ROLE_TEXT.get(role, role), style=f"color:{text};font-weight:bold"),
+        " ",
+        el("code", line, style=style(MONO, "color:#1f2328;white-space:pre-wrap;word-break:break-word")),
+        style=style(box, "border-radius:6px;padding:2px 6px;margin:3px 0"),
     )
 
 
-def role_legend() -> str:
+def role_legend() -> Markup:
     """Which colour is which role; a thick border marks what is new in that column."""
-    items = "".join(
-        f"<span style='display:inline-block;margin-right:12px'><span style='display:inline-block;width:12px;"
-        f"height:12px;border:2px solid {b};background:{bg};border-radius:3px;vertical-align:middle'></span> "
-        f"{html.escape(ROLE_TEXT[role])}</span>"
-        for role, (b, bg) in ROLE_COLOURS.items()
-    )
-    return f"<div style='color:#57606a;margin-bottom:4px'>{items} · 粗边框：这一列新出现的消息</div>"
+    items = [
+        el(
+            "span",
+            el(
+                "span",
+                style=f"display:inline-block;width:12px;height:12px;border:2px solid {border};"
+                f"background:{background};border-radius:3px;vertical-align:middle",
+            ),
+            " ",
+            ROLE_TEXT[role],
+            style="display:inline-block;margin-right:12px",
+        )
+        for role, (border, background, _) in ROLE_COLOURS.items()
+    ]
+    return el("div", items, " · 粗边框：这一列新出现的消息", style=f"color:{MUTED};margin-bottom:4px")
 
 
 @dataclass
@@ -136,75 +154,27 @@ class TranscriptView:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        esc = html.escape
         columns = self._columns()
-        cells = "".join(
-            f"<div><b>{esc(title)}</b><div style='color:#57606a'>{esc(note)}</div>"
-            + "".join(_chip(m, i >= seen) for i, m in enumerate(history))
-            + (
-                "<div style='color:#57606a;margin-top:6px'>⇒ 模型的回复</div>" + _chip(reply, True)
+        cells = [
+            el(
+                "div",
+                el("b", title),
+                el("div", note, style=f"color:{MUTED}"),
+                [_chip(m, i >= seen) for i, m in enumerate(history)],
+                [el("div", "⇒ 模型的回复", style=f"color:{MUTED};margin-top:6px"), _chip(reply, True)]
                 if reply is not None
-                else ""
+                else None,
             )
-            + "</div>"
             for title, history, seen, note, reply in columns
+        ]
+        grid = el(
+            "div",
+            cells,
+            style=f"display:grid;grid-template-columns:repeat({len(columns)},minmax(220px,1fr));column-gap:12px",
         )
-        return (
-            f"<div style='font-size:12px'>{role_legend()}<div style='display:grid;"
-            f"grid-template-columns:repeat({len(columns)},minmax(220px,1fr));column-gap:12px'>{cells}</div></div>"
-        )
+        return str(el("div", role_legend(), grid, style="font-size:12px"))
 
 
 def transcript_view(requests: Sequence[object], messages: Sequence[object]) -> TranscriptView:
     """The requests a provider recorded and the messages a run returned, side by side."""
     return TranscriptView(list(requests), list(messages))
-
-
-def _event_line(event: object) -> tuple[int, str, str]:
-    kind = str(getattr(event, "type", "?"))
-    depth = EVENT_DEPTH.get(kind, 2)
-    detail = ""
-    call = getattr(event, "call", None)
-    message = getattr(event, "message", None)
-    if call is not None:
-        detail = f"{getattr(call, 'name', '?')}#{getattr(call, 'id', '?')}"
-    if message is not None:
-        role, line = describe(message)
-        detail = (detail + " → " if detail else "") + f"{ROLE_TEXT.get(role, role)} {line}"
-    if kind.startswith("tool_execution") or (kind == "message_end" and "工具结果" in detail):
-        depth = 3
-    return depth, kind, detail
-
-
-@dataclass
-class Timeline:
-    """The events of a run in order, indented by level: agent › turn › message › tool execution."""
-
-    events: Sequence[object]
-
-    def __str__(self) -> str:
-        return "\n".join(
-            f"{number:>2} {'  ' * depth}{kind}{'  ' + detail if detail else ''}"
-            for number, (depth, kind, detail) in enumerate(map(_event_line, self.events), start=1)
-        )
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
-
-    def _repr_html_(self) -> str:
-        esc = html.escape
-        colours = {0: "#1f2328", 1: "#0969da", 2: "#8250df", 3: "#1a7f37"}
-        rows = "".join(
-            f"<div style='display:grid;grid-template-columns:28px 1fr;{MONO};font-size:12px'>"
-            f"<span style='color:#8c959f;text-align:right;padding-right:6px'>{number}</span>"
-            f"<span style='padding-left:{depth * 22}px;border-left:2px solid #d0d7de'>"
-            f"<b style='color:{colours[depth]}'>{esc(kind)}</b> <span style='color:#57606a'>{esc(detail)}</span>"
-            "</span></div>"
-            for number, (depth, kind, detail) in enumerate(map(_event_line, self.events), start=1)
-        )
-        return f"<div>{rows}</div>"
-
-
-def timeline(events: Sequence[object]) -> Timeline:
-    """The event stream of a run as an indented timeline."""
-    return Timeline(list(events))

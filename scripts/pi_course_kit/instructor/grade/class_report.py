@@ -1,28 +1,106 @@
-"""The class report: one static HTML page with the score distribution, pass rate per lab and the most
-failed tests, each linked to the named mutation that usually explains it."""
+"""The class report: one static HTML page with the score distribution, each lab's completion and the most
+failed tests, each linked to the named mutation that usually explains it.
+
+Two versions. The instructor's holds each learner's score and the diff of every mutation it names (the
+reference solution's code), so it says, on the page and in its title, not to share it. The class
+version holds neither and can be posted to the learners.
+
+Every figure comes from `statistics`, as the terminal summary's do; every word goes through the
+grading catalog, so the page speaks the course's language.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from html import escape
 from pathlib import Path
 
+from markupsafe import Markup
+
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.markup import Child, el, fragment, trusted
 from pi_course_kit.instructor.grade import charts, texts
 from pi_course_kit.instructor.grade.grader import LearnerRecord
 from pi_course_kit.instructor.grade.mutation_map import MutationMap
-from pi_course_kit.instructor.grade.points import SCORED, points_of
+from pi_course_kit.instructor.grade.points import points_of
 from pi_course_kit.instructor.grade.questions import question
+from pi_course_kit.instructor.grade.statistics import ClassStatistics, main_checkpoint, statistics
 from pi_course_kit.instructor.mutate import mutation_diff
 
 TOP = 10
+INSTRUCTOR, CLASS = "instructor", "class"
+#: The two versions of the page: the instructor's (do not share) and the class's (safe to post).
+VERSIONS = (INSTRUCTOR, CLASS)
+
+#: Every word of the page, as a msgid of the grading catalog (English; translated when rendered).
+WORDS = {
+    "title": "Class grading report",
+    "instructor_mark": "instructor's version, do not share",
+    "class_mark": "class version",
+    "instructor_banner": "Instructor's version: it holds every learner's score and diffs of the reference "
+    "solution. Do not share it with learners; the class version (--class-report) is the one to post.",
+    "class_banner": "Class version: no solution code, no learner's name or score. Safe to post to the class.",
+    "learners": "Learners",
+    "graded": "Graded",
+    "mean": "Mean score (required labs)",
+    "extra": "Extra credit (optional labs)",
+    "extra_value": "+{mean} on average (at most +{most})",
+    "complete": "Every required lab done",
+    "counting": "Every learner of the batch is counted. A submission that could not be scored (it does "
+    "not import, it ran out of time, it was not a practice folder) is a 0 in every figure below. Scores "
+    "are out of {points}, the points of the required labs; optional labs add extra credit on top.",
+    "statuses": "Submissions by status",
+    "distribution": "Score distribution",
+    "distribution_title": "Required-lab scores of {learners} learners (out of {points})",
+    "band": "Score",
+    "band_learners": "Learners",
+    "required": "Required labs",
+    "rates_title": "Share of the class that finished each required lab",
+    "lab": "Lab",
+    "worth": "Worth",
+    "credit": "Credit",
+    "finished": "Finished",
+    "share": "Share",
+    "optional": "Optional labs (extra credit)",
+    "optional_note": "Optional labs are not part of the {points} points: each adds extra credit. "
+    "Their tests are not in the list of most failed tests.",
+    "failed": "Most failed tests of the required labs",
+    "failed_note": "Ranked first by the learners who had started the lab and still fail the test (a "
+    "real mistake, not an untouched stub), then by everyone who fails it; a submission that could not "
+    "run fails every test. A common mistake is a named mutation, a typical wrong implementation written "
+    "by the course's authors, that makes the test fail.",
+    "test": "Test and the question it asks",
+    "failed_count": "Fail it",
+    "failed_started": "Started the lab, still fail it",
+    "mistake": "Common mistake",
+    "none_failed": "Every learner passes every test of the required labs.",
+    "mutations": "The named mutations above",
+    "reproduce": "Reproduce it:",
+    "diff_note": "The diff below is the reference solution's code: keep this page to instructors.",
+    "each": "Each learner",
+    "learner": "Learner",
+    "status": "Status",
+    "points": "Required points",
+    "extra_points": "Extra credit",
+    "notes": "Notes",
+}
+
+
+def _(key: str, **values: object) -> str:
+    """A word of the page in the grading language, with its {placeholders} filled."""
+    text = texts._(WORDS[key])
+    return text.format(**values) if values else text
+
+
+def msgids() -> list[str]:
+    """Every msgid the page looks up (the catalog must translate each)."""
+    return list(WORDS.values())
 
 
 @dataclass(frozen=True)
 class FailedTest:
-    """A pristine test and how many graded learners it failed: all of them, and those who had started its lab."""
+    """A pristine test and how many learners fail it: all of them, and those who had started its lab."""
 
     nodeid: str
     lab: str
@@ -31,159 +109,336 @@ class FailedTest:
     started: int
 
 
-def most_failed(records: Sequence[LearnerRecord], top: int = TOP) -> list[FailedTest]:
-    """The tests failed most often by learners who had started their lab (a real mistake, not a stub), then overall."""
+def most_failed(
+    records: Sequence[LearnerRecord], labs: Sequence[str] | None = None, top: int = TOP
+) -> list[FailedTest]:
+    """The tests (of `labs`, default all) failed most by learners who had started their lab, then overall.
+
+    Every learner counts: a test fails for a learner unless their run passed it, so a submission that
+    could not run fails them all (without having started any lab).
+    """
+    labs_of: dict[str, str] = {}
+    for record in records:
+        for verdict in record.tests:
+            labs_of.setdefault(verdict["nodeid"], verdict["lab"])
+    nodes = [node for node, lab in labs_of.items() if labs is None or lab in labs]
+    order = {node: index for index, node in enumerate(nodes)}
     failed: Counter[str] = Counter()
     failed_started: Counter[str] = Counter()
     started: Counter[str] = Counter()
-    labs: dict[str, str] = {}
-    order: dict[str, int] = {}
     for record in records:
-        if record.status not in SCORED:
-            continue
         begun = {score.id for score in record.labs if score.passed > 0}
-        for verdict in record.tests:
-            node, lab = verdict["nodeid"], verdict["lab"]
-            labs.setdefault(node, lab)
-            order.setdefault(node, len(order))
-            started[node] += lab in begun
-            if verdict["outcome"] != "passed":
+        passed = {v["nodeid"] for v in record.tests if v["outcome"] == "passed"}
+        for node in nodes:
+            was_started = labs_of[node] in begun
+            started[node] += was_started
+            if node not in passed:
                 failed[node] += 1
-                failed_started[node] += lab in begun
-    ranked = sorted(failed, key=lambda node: (-failed_started[node], -failed[node], order[node]))
+                failed_started[node] += was_started
+    ranked = sorted(
+        (node for node in nodes if failed[node]),
+        key=lambda node: (-failed_started[node], -failed[node], order[node]),
+    )
     return [
-        FailedTest(node, labs[node], failed[node], failed_started[node], started[node])
+        FailedTest(node, labs_of[node], failed[node], failed_started[node], started[node])
         for node in ranked[:top]
     ]
 
 
-def _checkpoint_of(course: Course, records: Sequence[LearnerRecord]) -> Checkpoint | None:
-    ids = Counter(record.checkpoint for record in records if record.checkpoint)
-    return course.checkpoint(ids.most_common(1)[0][0]) if ids else None
-
-
 STYLE = """
-body { font-family: system-ui, "Noto Sans CJK SC", "PingFang SC", sans-serif; margin: 2rem auto; max-width: 64rem;
-       color: #1d2430; line-height: 1.5; padding: 0 1rem; }
-h1 { font-size: 1.6rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #d8dee8; }
+:root { color-scheme: light; }
+body { font-family: system-ui, "Noto Sans CJK SC", "PingFang SC", "Microsoft YaHei", sans-serif;
+       margin: 2rem auto; max-width: 64rem; color: #1f2328; background: #ffffff; line-height: 1.5;
+       padding: 0 1rem; overflow-wrap: anywhere; }
+h1 { font-size: 1.6rem; line-height: 1.3; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #d0d7de; }
+.banner { border-radius: 6px; padding: .6rem 1rem; font-weight: 600; }
+.banner.instructor { background: #ffebe9; color: #82071e; border: 2px solid #cf222e; }
+.banner.class { background: #dafbe1; color: #116329; border: 1px solid #1a7f37; }
+.note { color: #57606a; }
 table { border-collapse: collapse; width: 100%; font-size: .92rem; }
-th, td { border-bottom: 1px solid #e3e7ee; padding: .35rem .5rem; text-align: left; vertical-align: top; }
-th { background: #f3f5f9; } td.n { text-align: right; white-space: nowrap; }
-code { font-size: .85rem; word-break: break-all; } pre { background: #f6f8fa; padding: .6rem; overflow-x: auto; }
-.cards { display: flex; gap: 1rem; flex-wrap: wrap; } .card { background: #f3f5f9; border-radius: 6px; padding: .6rem 1rem; }
-.card b { display: block; font-size: 1.4rem; } svg { max-width: 100%; height: auto; }
+th, td { border-bottom: 1px solid #d0d7de; padding: .35rem .5rem; text-align: left; vertical-align: top; }
+th { background: #f6f8fa; } td.n { text-align: right; white-space: nowrap; } td.k { white-space: nowrap; }
+code { font-size: .85rem; word-break: break-all; }
+pre { background: #f6f8fa; padding: .6rem; white-space: pre-wrap; overflow-wrap: anywhere; font-size: .85rem; }
+.cards { display: flex; gap: 1rem; flex-wrap: wrap; }
+.card { background: #f6f8fa; border-radius: 6px; padding: .6rem 1rem; min-width: 9rem; }
+.card b { display: block; font-size: 1.4rem; }
+figure { margin: 1rem 0; } figcaption { font-weight: 600; margin-bottom: .4rem; }
+.chart-and-table { display: flex; flex-wrap: wrap; gap: 0 2rem; align-items: flex-start; }
+.chart-and-table figure { flex: 1 1 24rem; min-width: 0; } .chart-and-table table { flex: 0 1 14rem; width: auto; }
+svg { max-width: 100%; height: auto; display: block; }
+@media (max-width: 40rem) {
+  body { margin: 1rem auto; }
+  .cards { display: grid; grid-template-columns: 1fr 1fr; gap: .6rem; } .card { min-width: 0; }
+  .chart-and-table table { flex: 1 1 100%; }
+  table.stack thead { display: none; }
+  table.stack, table.stack tbody, table.stack tr, table.stack td { display: block; width: 100%; }
+  table.stack tr { border-bottom: 1px solid #d0d7de; padding: .3rem 0; }
+  table.stack td { border: none; padding: .1rem 0; text-align: left; white-space: normal; }
+  table.stack td::before { content: attr(data-label) "："; color: #57606a; }
+}
 """
 
 
-def render(course: Course, records: Sequence[LearnerRecord], mutations: MutationMap | None = None) -> str:
-    """The whole page as HTML text; `mutations` maps test node ids to the mutations that fail them."""
-    mutations = mutations or {}
-    checkpoint = _checkpoint_of(course, records)
-    graded = [record for record in records if record.status in SCORED]
-    points = [points_of(course, record) for record in graded]
-    maximum = max((p.max_points + p.max_extra for p in points), default=0.0)
-    required = max((p.max_points for p in points), default=0.0)
-    scores = [p.score for p in points]
-    mean = sum(scores) / len(scores) if scores else 0.0
-    statuses = Counter(texts.record_status(record.status) for record in records)
-    out = [
-        "<!DOCTYPE html>",
-        f'<html lang="{escape(texts.language().replace("_", "-"))}"><head><meta charset="utf-8">',
-        f"<title>班级评分报告 · {escape(course.title)}</title><style>{STYLE}</style></head><body>",
-        f"<h1>班级评分报告 · {escape(course.title)}</h1>",
-    ]
-    if checkpoint:
-        out.append(f"<p>{texts.CHECKPOINT} {escape(checkpoint.id)}：{escape(checkpoint.title)}</p>")
-    out.append('<div class="cards">')
-    for label, value in (
-        ("提交", str(len(records))),
-        ("已评分", str(len(graded))),
-        ("平均分（含附加分）", f"{mean:.1f} / {required:g}"),
-        ("全部完成", str(sum(record.status == "complete" for record in records))),
-    ):
-        out.append(f'<div class="card">{label}<b>{escape(value)}</b></div>')
-    out.append("</div>")
-    out.append("<p>" + "；".join(f"{escape(k)} {v}" for k, v in sorted(statuses.items())) + "</p>")
+def _table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Child]],
+    numeric: Sequence[int] = (),
+    *,
+    stack: bool = True,
+    keep: Sequence[int] = (),
+) -> Markup:
+    """A table; with `stack`, its rows become labelled lines on a phone (a wide table cannot fit there).
 
-    out.append('<h2 id="distribution">分数分布</h2>')
-    out.append(
-        charts.score_histogram(scores, maximum, texts.score_axis(maximum), texts.LEARNERS)
-        if graded
-        else f"<p>{texts.NOTHING_GRADED}</p>"
-    )
-
-    out.append('<h2 id="labs">各实验完成率</h2>')
-    lab_rows = checkpoint.labs if checkpoint else ()
-    rates = []
-    for lab in lab_rows:
-        done = sum(1 for record in graded for s in record.labs if s.id == lab.id and s.status == "done")
-        rates.append(done / len(graded) if graded else 0.0)
-    if lab_rows and graded:
-        out.append(charts.pass_rates([f"Lab {lab.id}" for lab in lab_rows], rates, texts.FINISHED_AXIS))
-    out.append("<table><tr><th>实验</th><th>分值</th><th>计分</th><th>完成</th></tr>")
-    for lab, rate in zip(lab_rows, rates, strict=True):
-        optional = f"（{texts.OPTIONAL}）" if lab.optional else ""
-        out.append(
-            f"<tr><td>Lab {escape(lab.id)} {escape(lab.title)}{optional}</td><td class=n>{lab.points:g}</td>"
-            f"<td>{texts.credit_rule(lab.credit)}</td><td class=n>{rate:.0%}</td></tr>"
-        )
-    out.append("</table>")
-
-    failing = most_failed(records)
-    out.append(f'<h2 id="failed">未通过最多的 {len(failing)} 个测试</h2>')
-    out.append(
-        "<p>排序：先按“已开始该实验却仍未通过”的人数（真正的错误，而不是尚未动手的桩函数），再按未通过总人数。"
-        "“常见错误”是让这个测试失败的命名变异（课程作者预先写好的典型错误）。</p>"
-    )
-    out.append(
-        "<table><tr><th>#</th><th>测试与它的问题</th><th>实验</th><th>未通过</th><th>已开始仍未通过</th><th>常见错误</th></tr>"
-    )
-    linked: list[str] = []
-    for rank, test in enumerate(failing, 1):
-        asked = question(course, checkpoint, test.nodeid) if checkpoint else ""
-        names = mutations.get(test.nodeid, [])[:2]
-        linked += [name for name in names if name not in linked]
-        mistake = "<br>".join(
-            f'<a href="#mutation-{escape(name)}">{escape(name)}</a>：{escape(_description(checkpoint, name))}'
-            for name in names
-        )
-        out.append(
-            f"<tr><td class=n>{rank}</td><td><code>{escape(test.nodeid)}</code><br>{escape(asked)}</td>"
-            f"<td>Lab {escape(test.lab)}</td><td class=n>{test.failed} / {len(graded)}</td>"
-            f"<td class=n>{test.failed_started} / {test.started}</td><td>{mistake or '—'}</td></tr>"
-        )
-    out.append("</table>")
-    if linked and checkpoint:
-        out.append('<h2 id="mutations">涉及的命名变异</h2>')
-        for name in linked:
-            mutation = checkpoint.mutation(name)
-            diff = "\n".join(mutation_diff(course, checkpoint, mutation))
-            out.append(
-                f'<h3 id="mutation-{escape(name)}">{escape(name)}</h3><p>{escape(mutation.description)}</p>'
-                f"<p>复现：<code>pi-course diagnose {escape(checkpoint.id)} {escape(name)}</code></p>"
-                f"<pre>{escape(diff)}</pre>"
+    Cells in the `numeric` columns align right; cells in the `keep` columns do not wrap.
+    """
+    head = el("thead", el("tr", [el("th", header, scope="col") for header in headers]))
+    body = el(
+        "tbody",
+        [
+            el(
+                "tr",
+                [
+                    el(
+                        "td",
+                        cell,
+                        data_label=headers[i] if stack else None,
+                        class_="n" if i in numeric else "k" if i in keep else None,
+                    )
+                    for i, cell in enumerate(row)
+                ],
             )
-    out.append('<h2 id="learners">每位学习者</h2>')
-    out.append("<table><tr><th>学习者</th><th>状态</th><th>得分</th><th>附加分</th><th>备注</th></tr>")
-    for record in records:
-        p = points_of(course, record)
-        notes = "; ".join([*([record.message] if record.message else []), *record.flags])
-        out.append(
-            f"<tr><td>{escape(record.learner)}</td><td>{escape(texts.record_status(record.status))}</td>"
-            f"<td class=n>{p.points:g} / {p.max_points:g}</td><td class=n>{p.extra:g}</td><td>{escape(notes)}</td></tr>"
+            for row in rows
+        ],
+    )
+    return el("table", head, body, class_="stack" if stack else None)
+
+
+def _section(name: str, heading: str, *content: Child) -> Markup:
+    """One part of the page: its heading and content, addressable as #name."""
+    return el("section", el("h2", heading), *content, id=name)
+
+
+def _cards(stats: ClassStatistics) -> Markup:
+    cards = [
+        (_("learners"), str(stats.learners)),
+        (_("graded"), str(stats.graded)),
+        (_("mean"), f"{stats.mean:g} / {stats.required_max:g}"),
+        (_("complete"), str(stats.complete)),
+    ]
+    if stats.extra_max:
+        cards.append(
+            (_("extra"), _("extra_value", mean=f"{stats.mean_extra:g}", most=f"{stats.extra_max:g}"))
         )
-    out.append("</table></body></html>")
-    return "\n".join(out) + "\n"
+    return el(
+        "div", [el("div", label, el("b", value), class_="card") for label, value in cards], class_="cards"
+    )
 
 
-def _description(checkpoint: Checkpoint | None, name: str) -> str:
-    if checkpoint is None:
-        return ""
+def _distribution(stats: ClassStatistics) -> Markup:
+    if not stats.learners:
+        return el("p", texts.NOTHING_GRADED)
+    title = _("distribution_title", learners=stats.learners, points=f"{stats.required_max:g}")
+    bands = stats.bands()
+    chart = charts.score_histogram(
+        bands,
+        texts.score_axis(stats.required_max),
+        texts.LEARNERS,
+        title=title,
+        caption_id="distribution-title",
+    )
+    rows: list[list[Child]] = [[f"{low:g}–{high:g}", count] for low, high, count in bands]
+    return el(
+        "div",
+        el("figure", el("figcaption", title, id="distribution-title"), chart),
+        _table([_("band"), _("band_learners")], rows, numeric=(1,), stack=False),
+        class_="chart-and-table",
+    )
+
+
+def _lab_rows(stats: ClassStatistics, optional: bool) -> list[list[Child]]:
+    return [
+        [
+            f"Lab {lab.id} {lab.title}",
+            f"{lab.points:g}",
+            texts.credit_rule(lab.credit),
+            f"{lab.done} / {lab.learners}",
+            f"{lab.rate:.0%}",
+        ]
+        for lab in stats.labs
+        if lab.optional == optional
+    ]
+
+
+def _labs(stats: ClassStatistics) -> Markup:
+    required = [lab for lab in stats.labs if not lab.optional]
+    optional = [lab for lab in stats.labs if lab.optional]
+    headers = [_("lab"), _("worth"), _("credit"), _("finished"), _("share")]
+    out: list[Markup] = []
+    if required and stats.learners:
+        chart = charts.pass_rates(
+            [f"Lab {lab.id}" for lab in required],
+            [lab.rate for lab in required],
+            texts.FINISHED_AXIS,
+            title=_("rates_title"),
+            caption_id="rates-title",
+        )
+        out.append(el("figure", el("figcaption", _("rates_title"), id="rates-title"), chart))
+    out.append(_table(headers, _lab_rows(stats, False), numeric=(1, 3, 4)))
+    if not optional:
+        return _section("labs", _("required"), out)
+    return fragment(
+        _section("labs", _("required"), out),
+        _section(
+            "optional",
+            _("optional"),
+            el("p", _("optional_note", points=f"{stats.required_max:g}"), class_="note"),
+            _table(headers, _lab_rows(stats, True), numeric=(1, 3, 4)),
+        ),
+    )
+
+
+def _description(checkpoint: Checkpoint, name: str) -> str:
     return next((m.description for m in checkpoint.mutations if m.name == name), "")
 
 
+def _failed(
+    course: Course,
+    checkpoint: Checkpoint | None,
+    records: Sequence[LearnerRecord],
+    mutations: MutationMap,
+    version: str,
+) -> tuple[Markup, list[str]]:
+    """The most failed tests of the required labs, and the mutations they name (in order)."""
+    required = [lab.id for lab in checkpoint.labs if not lab.optional] if checkpoint else None
+    failing = most_failed(records, required)
+    note = el("p", _("failed_note"), class_="note")
+    if not failing:
+        empty = _("none_failed") if records else texts.NOTHING_GRADED
+        return _section("failed", _("failed"), note, el("p", empty)), []
+    linked: list[str] = []
+    rows: list[list[Child]] = []
+    for rank, test in enumerate(failing, 1):
+        asked = question(course, checkpoint, test.nodeid) if checkpoint else ""
+        names = [
+            name
+            for name in mutations.get(test.nodeid, [])[:2]
+            if checkpoint and _description(checkpoint, name)
+        ]
+        linked += [name for name in names if name not in linked]
+        mistakes = [
+            fragment(
+                el("br") if index else None,
+                el("a", name, href=f"#mutation-{name}") if version == INSTRUCTOR else el("code", name),
+                "：",
+                _description(checkpoint, name) if checkpoint else "",
+            )
+            for index, name in enumerate(names)
+        ]
+        rows.append(
+            [
+                rank,
+                fragment(el("code", test.nodeid), el("br") if asked else None, asked),
+                f"Lab {test.lab}",
+                f"{test.failed} / {len(records)}",
+                f"{test.failed_started} / {test.started}",
+                fragment(mistakes) if mistakes else "—",
+            ]
+        )
+    headers = ["#", _("test"), _("lab"), _("failed_count"), _("failed_started"), _("mistake")]
+    return _section("failed", _("failed"), note, _table(headers, rows, numeric=(0, 3, 4), keep=(2,))), linked
+
+
+def _mutations(course: Course, checkpoint: Checkpoint, names: Sequence[str]) -> Markup:
+    out: list[Markup] = [el("p", _("diff_note"), class_="note")]
+    for name in names:
+        mutation = checkpoint.mutation(name)
+        diff = "\n".join(mutation_diff(course, checkpoint, mutation))
+        out += [
+            el("h3", name, id=f"mutation-{name}"),
+            el("p", mutation.description),
+            el("p", _("reproduce"), " ", el("code", f"pi-course diagnose {checkpoint.id} {name}")),
+            el("pre", diff),
+        ]
+    return _section("mutations", _("mutations"), out)
+
+
+def _learners(course: Course, records: Sequence[LearnerRecord]) -> Markup:
+    rows = []
+    for record in records:
+        p = points_of(course, record)
+        notes = "; ".join([*([record.message] if record.message else []), *record.flags])
+        rows.append(
+            [
+                record.learner,
+                texts.record_status(record.status),
+                f"{p.points:g} / {p.max_points:g}",
+                f"+{p.extra:g}",
+                notes or "—",
+            ]
+        )
+    headers = [_("learner"), _("status"), _("points"), _("extra_points"), _("notes")]
+    return _section("learners", _("each"), _table(headers, rows, numeric=(2, 3)))
+
+
+def render(
+    course: Course,
+    records: Sequence[LearnerRecord],
+    mutations: MutationMap | None = None,
+    *,
+    version: str = INSTRUCTOR,
+) -> str:
+    """The whole page as HTML text; `mutations` maps test node ids to the mutations that fail them."""
+    if version not in VERSIONS:
+        raise ValueError(f"unknown report version {version!r}; one of {', '.join(VERSIONS)}")
+    mutations = mutations or {}
+    checkpoint = main_checkpoint(course, records)
+    stats = statistics(course, records)
+    instructor = version == INSTRUCTOR
+    mark = _("instructor_mark") if instructor else _("class_mark")
+    heading = f"{_('title')} · {course.title}"
+    statuses = "；".join(f"{texts.record_status(k)} {v}" for k, v in sorted(stats.statuses.items()))
+    failed, linked = _failed(course, checkpoint, records, mutations, version)
+    body: list[Markup | None] = [
+        el(
+            "p",
+            _("instructor_banner" if instructor else "class_banner"),
+            class_=f"banner {version}",
+            role="note",
+        ),
+        el("h1", heading),
+        el("p", f"{texts.CHECKPOINT} {checkpoint.id}：{checkpoint.title}") if checkpoint else None,
+        _cards(stats),
+        el("p", _("counting", points=f"{stats.required_max:g}"), class_="note"),
+        el("p", f"{_('statuses')}：{statuses}") if statuses else None,
+        _section("distribution", _("distribution"), _distribution(stats)),
+        _labs(stats),
+        failed,
+        _mutations(course, checkpoint, linked) if instructor and linked and checkpoint else None,
+        _learners(course, records) if instructor else None,
+    ]
+    head = el(
+        "head",
+        el("meta", charset="utf-8"),
+        el("meta", name="viewport", content="width=device-width, initial-scale=1"),
+        # An instructor's page may end up on a web server by mistake: keep it out of search engines.
+        el("meta", name="robots", content="noindex") if instructor else None,
+        el("title", f"{heading}（{mark}）"),
+        el("style", trusted(STYLE)),
+    )
+    # One line per section, so that the page's source reads (and diffs) section by section.
+    lines = [part for section in body if section is not None for part in (section, Markup("\n"))]
+    page = el("html", head, el("body", Markup("\n"), lines), lang=texts.language().replace("_", "-"))
+    return f"<!DOCTYPE html>\n{page}\n"
+
+
 def write(
-    path: Path, course: Course, records: Sequence[LearnerRecord], mutations: Mapping[str, list[str]] | None
+    path: Path,
+    course: Course,
+    records: Sequence[LearnerRecord],
+    mutations: Mapping[str, list[str]] | None,
+    *,
+    version: str = INSTRUCTOR,
 ) -> None:
-    """Write the class report to `path`."""
-    path.write_text(render(course, records, dict(mutations or {})), encoding="utf-8")
+    """Write one version of the class report to `path`."""
+    path.write_text(render(course, records, dict(mutations or {}), version=version), encoding="utf-8")

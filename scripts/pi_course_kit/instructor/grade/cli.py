@@ -6,10 +6,16 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import unicodedata
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
+
+from rich.cells import cell_len
 
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
@@ -18,14 +24,18 @@ from pi_course_kit.core.manifest import Course
 from pi_course_kit.instructor.grade import (
     class_report,
     classroom,
+    copying,
     feedback,
     gradebook,
     junit,
     mutation_map,
     roster,
     shards,
+    statistics,
 )
 from pi_course_kit.instructor.grade.grader import (
+    MAX_META_BYTES,
+    META,
     SANDBOX_ERROR,
     SKIPPED,
     Grader,
@@ -55,12 +65,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or `merge SHARD.jsonl...` to join shards",
     )
     who = parser.add_argument_group("learner ids (never a bare folder name)")
-    who.add_argument("--roster", type=Path, metavar="FILE", help="CSV with columns learner,submission")
+    who.add_argument(
+        "--roster",
+        type=Path,
+        metavar="FILE",
+        help="CSV with columns learner,submission (any case, `,` or `;`); a bad row is kept, with why",
+    )
     who.add_argument(
         "--submissions-root",
         type=Path,
         metavar="DIR",
-        help="ids are the paths below DIR; without DIRs, every submission below DIR is graded",
+        help="ids are the paths below DIR; without DIRs, every folder below DIR gets a row",
     )
     out = parser.add_argument_group("outputs")
     out.add_argument("--json", type=Path, metavar="FILE", help="one JSON record per learner (JSON Lines)")
@@ -70,7 +85,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--csv", type=Path, metavar="FILE", help="one CSV row per learner, with points")
     out.add_argument("--junit", type=Path, metavar="FILE", help="JUnit XML: one testsuite per learner")
     out.add_argument("--feedback", type=Path, metavar="DIR", help="one Markdown feedback file per learner")
-    out.add_argument("--report", type=Path, metavar="FILE", help="the class report (one static HTML page)")
+    out.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="the instructor's class report (one static HTML page, with scores and solution diffs: do not share)",
+    )
+    out.add_argument(
+        "--class-report",
+        type=Path,
+        metavar="FILE",
+        help="the class version of the report: no solution code, no learner's name or score; safe to post",
+    )
     out.add_argument(
         "--classroom",
         type=Path,
@@ -132,8 +158,8 @@ def _check_output(path: Path | None, option: str) -> None:
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    for option in ("json", "output", "csv", "junit", "report", "classroom"):
-        _check_output(getattr(args, option), f"--{option}")
+    for option in ("json", "output", "csv", "junit", "report", "class_report", "classroom"):
+        _check_output(getattr(args, option, None), f"--{option.replace('_', '-')}")
     if args.feedback is not None and args.feedback.exists() and not args.feedback.is_dir():
         raise KitError(f"--feedback {args.feedback}: is a file; give a folder for the feedback files")
     if args.feedback is not None and not args.feedback.parent.is_dir():
@@ -150,26 +176,42 @@ def write_outputs(args: argparse.Namespace, course: Course, records: Sequence[Le
     if args.json:
         write_json_lines(args.json, records)
     if args.csv:
-        gradebook.write_csv(args.csv, course, records)
+        gradebook.write_csv(args.csv, course, records, getattr(args, "checkpoint", None))
     if args.junit:
         junit.write(args.junit, course, records)
     if args.feedback:
         feedback.write_all(course, records, args.feedback)
     if getattr(args, "classroom", None):
         classroom.write_result(args.classroom, course, records)
-    if args.report:
+    reports = [
+        (path, version)
+        for path, version in (
+            (args.report, class_report.INSTRUCTOR),
+            (getattr(args, "class_report", None), class_report.CLASS),
+        )
+        if path
+    ]
+    if reports:
         mutations: mutation_map.MutationMap = {}
         if not args.no_mutations:
             for checkpoint_id in dict.fromkeys(r.checkpoint for r in records if r.checkpoint):
                 checkpoint = course.checkpoint(checkpoint_id)
                 mutations.update(mutation_map.load_or_compute(course, checkpoint, args.mutation_cache))
-        class_report.write(args.report, course, records, mutations)
+        for path, version in reports:
+            class_report.write(path, course, records, mutations, version=version)
 
 
 def _print_summary(course: Course, records: Sequence[LearnerRecord]) -> None:
     overview = summary(records)
     statuses = ", ".join(f"{count} {status}" for status, count in sorted(overview["statuses"].items()))
     print(f"class: {overview['learners']} folder(s), {overview['graded']} graded: {statuses}")
+    # The same figures as the class report's cards (one computation), so the two never disagree.
+    figures = statistics.statistics(course, records)
+    extra = f", extra credit +{figures.mean_extra:g} of +{figures.extra_max:g}" if figures.extra_max else ""
+    print(
+        f"  mean score {figures.mean:g}/{figures.required_max:g} over all {figures.learners} learner(s) "
+        f"(a submission that could not be scored counts 0){extra}"
+    )
     for row in overview["labs"]:
         print(
             f"  Lab {row['id']}: {row['done']}/{row['graded']} done, mean {row['mean_passed']}/{row['total']} tests"
@@ -181,6 +223,48 @@ def _print_summary(course: Course, records: Sequence[LearnerRecord]) -> None:
         print(
             f"  {len(ungraded)} submission(s) could not be graded, e.g. {ungraded[0].learner}: {ungraded[0].message}"
         )
+
+
+def shown(text: str) -> str:
+    """Text for one table cell: separators and format characters (no agreed width) written as escapes."""
+    return "".join(
+        f"\\u{ord(char):04x}" if unicodedata.category(char) in ("Zl", "Zp", "Cf", "Cc") else char
+        for char in text
+    )
+
+
+def _pad(text: str, width: int, right: bool = False) -> str:
+    """`text` padded to `width` terminal cells (a CJK character takes two; len() would count one)."""
+    fill = " " * max(0, width - cell_len(text))
+    return fill + text if right else text + fill
+
+
+def _checkpoint_of(folder: Path) -> str | None:
+    """The checkpoint a practice folder's meta.json names, read as safely as the grader reads it."""
+    try:
+        data = copying.read_file(folder, META.as_posix(), MAX_META_BYTES)
+        meta = json.loads(data.decode("utf-8")) if data is not None else None
+    except (copying.Refused, OSError, ValueError):
+        return None
+    return str(meta["checkpoint"]) if isinstance(meta, dict) and "checkpoint" in meta else None
+
+
+def graded_checkpoints(course: Course, given: str | None, folders: Sequence[Path]) -> list[str]:
+    """The checkpoint of each folder as it will be graded (--checkpoint, else its meta.json), when known."""
+    if given:
+        return [given]
+    known = {cp.id for cp in course.checkpoints}
+    return [found for folder in folders if (found := _checkpoint_of(folder)) in known and found]
+
+
+def unusable_record(entry: roster.Submission) -> LearnerRecord:
+    """The record of a row that could not be graded at all (a bad roster row): skipped, with the reason."""
+    return LearnerRecord(
+        learner=clean(entry.learner, 200),
+        folder=clean(entry.folder, 4096) if entry.folder != Path() else "",
+        status=SKIPPED,
+        message=entry.problem,
+    )
 
 
 def merge(args: argparse.Namespace) -> int:
@@ -227,15 +311,16 @@ def run(args: argparse.Namespace) -> int:
     course = manifest.load(course_manifest(args.root)) if args.classroom else load_course(args)
     if args.checkpoint is not None:
         course.checkpoint(args.checkpoint)
-    pairs = roster.assign(
+    entries = roster.plan(
         args.dirs, course.package, args.roster, args.submissions_root, bare=args.checkpoint is not None
     )
     if args.shard:
-        pairs = shards.select(pairs, *shards.parse(args.shard))
+        entries = shards.select(entries, *shards.parse(args.shard))
+    pairs = [(entry.learner, entry.folder) for entry in entries if not entry.problem]
     if args.jobs is None:
         # Grading is CPU-bound and a slot runs one learner at a time: one slot per usable CPU, and no
         # more slots than submissions (each slot starts a sandbox).
-        args.jobs = max(1, min(cpus(), len(pairs)))
+        args.jobs = max(1, min(cpus(), len(pairs) or 1))
     limits = Limits(
         wall_seconds=args.timeout,
         memory_bytes=args.memory * MiB,
@@ -255,37 +340,52 @@ def run(args: argparse.Namespace) -> int:
             "memory and processes; every record says so",
             file=sys.stderr,
         )
-    lab_ids = [lab.id for cp in course.checkpoints for lab in cp.labs]
-    name_width = max([7, *(len(learner) for learner, _ in pairs)])
+    # The table's lab columns are the labs of the checkpoint(s) graded, not of every checkpoint of the course.
+    checkpoints = graded_checkpoints(course, args.checkpoint, [folder for _, folder in pairs])
+    lab_ids = [lab.id for cp in course.checkpoints if cp.id in checkpoints for lab in cp.labs]
+    default_checkpoint = Counter(checkpoints).most_common(1)[0][0] if checkpoints else None
+    name_width = max([7, *(cell_len(shown(clean(entry.learner, 200))) for entry in entries)])
     if not args.quiet:
         shard = f" (shard {args.shard})" if args.shard else ""
         print(
             f"grading {len(pairs)} submission(s){shard}, {args.jobs} at a time, sandbox: {grader.probe_message}"
         )
         print(
-            f"{'learner':<{name_width}}  {'status':<13}  {'points':>9}  "
-            + "  ".join(f"{lab:>9}" for lab in lab_ids)
-            + "  notes"
+            f"{_pad('learner', name_width)}  {'status':<13}  {'points':>9}  "
+            + "".join(f"{_pad(lab, 9, right=True)}  " for lab in lab_ids)
+            + "notes"
         )
     ids = iter([learner for learner, _ in pairs])
 
     def show(record: LearnerRecord) -> None:
         # grade_all reports in submission order, so the ids line up.
         record.learner = clean(next(ids), 200)  # a folder name may hold ESC, newlines or 0xff
-        if args.quiet:
-            return
+        if not args.quiet:
+            print_row(record)
+
+    def print_row(record: LearnerRecord) -> None:
         notes = "; ".join([*([record.message] if record.message else []), *record.flags])
-        cells = "  ".join(f"{_fraction(record, lab):>9}" for lab in lab_ids)
-        points = points_of(course, record)
-        shown = f"{points.score:g}/{points.max_points:g}"
+        cells = "".join(f"{_pad(_fraction(record, lab), 9, right=True)}  " for lab in lab_ids)
+        # A record graded against no checkpoint (skipped) still shows the class checkpoint's maximum.
+        scored = record if record.checkpoint else replace(record, checkpoint=default_checkpoint)
+        points = points_of(course, scored)
+        score = f"{points.score:g}/{points.max_points:g}"
         print(
-            f"{record.learner:<{name_width}}  {record.status:<13}  {shown:>9}  {cells}  {notes}", flush=True
+            f"{_pad(shown(record.learner), name_width)}  {record.status:<13}  {score:>9}  {cells}{notes}",
+            flush=True,
         )
 
+    unusable = {entry.learner: unusable_record(entry) for entry in entries if entry.problem}
+    if not args.quiet:
+        for record in unusable.values():
+            print_row(record)
     try:
-        records = grader.grade_all([folder for _, folder in pairs], on_done=show)
+        graded = grader.grade_all([folder for _, folder in pairs], on_done=show) if pairs else []
     finally:
         grader.close()
+    # Every row of the class in the order given: grade_all keeps the order of the folders it was given.
+    in_order = iter(graded)
+    records = [unusable[entry.learner] if entry.problem else next(in_order) for entry in entries]
     _print_summary(course, records)
     write_outputs(args, course, records)
     sys.stdout.flush()

@@ -1,0 +1,517 @@
+"""A real browser, as learners and instructors open things: JupyterLab with each checkpoint's notebook (run on
+the solution and on the starter), each notebook exported as static HTML, and both versions of the class
+report at desktop and phone width.
+
+Chromium is Debian's (`apt-get install chromium fonts-noto-cjk`), driven by Playwright from PyPI; the
+test never downloads a browser (`playwright install`) and gives no page the network: every request
+that does not go to the local JupyterLab (or a local file) is refused and recorded.
+
+A page counts as idle when its main thread has run no long task (over 50 ms) for a second. Playwright
+waits inside the page, so a renderer that spins forever (as JupyterLab's sanitizer did on a broken
+attribute) would hang the wait itself: every wait is bounded from Python with `asyncio.wait_for`.
+
+Screenshots go to $PI_COURSE_SCREENSHOTS when set (CI keeps them), else to pytest's temporary folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import nbformat
+import pytest
+from conftest import real_checkpoints
+from nbconvert import HTMLExporter
+from notebook_runs import RUNS, executed
+from pi_course_kit.core import i18n
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor.grade import class_report
+from sample_class import sample_class
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser, BrowserContext, ConsoleMessage, Page, Playwright, Route
+
+CHROMIUM = os.environ.get("PI_COURSE_CHROMIUM") or shutil.which("chromium") or ""
+FIX = "apt-get install chromium fonts-noto-cjk, then pip install playwright (never `playwright install`)"
+#: Set by .ci/run: there, a missing browser is a failure, not a skip.
+REQUIRED = os.environ.get("PI_COURSE_REQUIRE_BROWSER") == "1"
+#: Flags Debian's chromium needs here (as root, in a container, with no network to try).
+FLAGS = [
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
+#: The longest a page may stay busy after it was opened (a loaded 2-core CI machine takes about 10 s).
+BUSY_BOUND = 90.0
+#: How long the main thread must have been free of long tasks for the page to count as idle.
+QUIET_MS = 1000
+#: Text must stand out from its background at least this much (WCAG 2 AA for normal text).
+CONTRAST = 4.5
+WIDTHS = {"desktop": 1280, "phone": 390}
+#: The static export references these scripts; none of them is needed to show the notebooks' outputs.
+#: MathJax typesets LaTeX (the notebooks have none, checked below), require.js loads widgets (none),
+#: mermaid draws mermaid blocks (none).
+NBCONVERT_OPTIONAL = ("/require.js/", "/mathjax/", "/mermaid")
+
+
+def _missing() -> str:
+    if not CHROMIUM:
+        return "no chromium on PATH"
+    if importlib.util.find_spec("playwright") is None:
+        return "playwright is not installed"
+    return ""
+
+
+MISSING = _missing()
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+if MISSING and not REQUIRED:
+    pytestmark.append(pytest.mark.skip(reason=f"{MISSING}: {FIX}"))
+
+T = TypeVar("T")
+
+# Records the end of the last long task (the main thread busy for over 50 ms) for the idle check.
+IDLE_PROBE = """
+window.__piLastLongTask = 0;
+new PerformanceObserver((list) => {
+  for (const entry of list.getEntries()) {
+    window.__piLastLongTask = Math.max(window.__piLastLongTask, entry.startTime + entry.duration);
+  }
+}).observe({type: "longtask", buffered: true});
+"""
+IDLE = f"() => performance.now() - (window.__piLastLongTask || 0) > {QUIET_MS}"
+
+# The contrast of every element holding text inside `scope` (a CSS selector): its colour (SVG text: its
+# fill), faded by the opacity of it and its ancestors, over its background (the ancestors' background
+# colours composed over white). Returns the elements below `minimum`.
+CONTRAST_PROBE = """
+([scope, minimum]) => {
+  const parse = (text) => {
+    const m = /rgba?\\(([^)]*)\\)/.exec(text || "");
+    if (!m) return null;
+    const p = m[1].split(/[\\s,\\/]+/).filter(Boolean).map(Number);
+    return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+  };
+  const over = (top, bottom) => [0, 1, 2].map((i) => top[i] * top[3] + bottom[i] * (1 - top[3])).concat([1]);
+  const luminance = (c) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
+  };
+  const background = (element) => {
+    const layers = [];
+    for (let e = element; e; e = e.parentElement) {
+      const c = parse(getComputedStyle(e).backgroundColor);
+      if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+    }
+    return layers.reverse().reduce((below, layer) => over(layer, below), [255, 255, 255, 1]);
+  };
+  const faded = (element) => {
+    let o = 1;
+    for (let e = element; e; e = e.parentElement) o *= parseFloat(getComputedStyle(e).opacity);
+    return o;
+  };
+  const low = [];
+  for (const root of document.querySelectorAll(scope)) {
+    for (const element of [root, ...root.querySelectorAll("*")]) {
+      const text = [...element.childNodes].filter((n) => n.nodeType === 3).map((n) => n.data).join("").trim();
+      if (!text) continue;
+      const box = element.getBoundingClientRect();
+      const style = getComputedStyle(element);
+      if (!box.width || !box.height || style.visibility !== "visible" || element.closest("title")) continue;
+      const colour = parse(element instanceof SVGElement ? style.fill : style.color);
+      if (!colour) continue;
+      const below = background(element);
+      const shown = over([colour[0], colour[1], colour[2], colour[3] * faded(element)], below);
+      const [a, b] = [luminance(shown), luminance(below)].sort((x, y) => y - x);
+      const ratio = (a + 0.05) / (b + 0.05);
+      if (ratio < minimum) low.push(`${ratio.toFixed(2)}:1 ${style.color} on ${JSON.stringify(below)}: ${text.slice(0, 50)}`);
+    }
+  }
+  return low;
+}
+"""
+
+# Elements that reach past the viewport's right edge (or start left of it), the page's own width included.
+OVERFLOW_PROBE = """
+() => {
+  const width = document.documentElement.clientWidth;
+  const wide = [];
+  if (document.documentElement.scrollWidth > width) wide.push(`page ${document.documentElement.scrollWidth}px`);
+  for (const element of document.body.querySelectorAll("*")) {
+    const box = element.getBoundingClientRect();
+    if (!box.width || !box.height) continue;
+    if (box.right > width + 1 || box.left < -1) {
+      wide.push(`<${element.tagName.toLowerCase()} class="${element.getAttribute("class") || ""}"> ${Math.round(box.left)}..${Math.round(box.right)}px`);
+    }
+  }
+  return wide;
+}
+"""
+
+
+@dataclass
+class Session:
+    """One Chromium for the module, driven through a private event loop with bounded waits."""
+
+    loop: asyncio.AbstractEventLoop
+    playwright: Playwright
+    browser: Browser
+    shots: Path
+
+    def run(self, step: Awaitable[T], bound: float = BUSY_BOUND) -> T:
+        """Run `step` to its end, or fail once `bound` seconds have passed."""
+        return self.loop.run_until_complete(asyncio.wait_for(step, bound))
+
+
+@dataclass
+class Visit:
+    """What one page did: console errors, requests refused because they left the machine."""
+
+    errors: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Guard:
+    """Lets a context's requests go only to URLs starting with `allowed`; records the others in `visit`."""
+
+    allowed: str
+    visit: Visit = field(default_factory=Visit)
+
+
+async def _context(session: Session, guard: Guard, width: int, height: int, **options: Any) -> BrowserContext:
+    """A fresh context (its own cookies and cache) that refuses every request `guard` does not allow."""
+    context = await session.browser.new_context(viewport={"width": width, "height": height}, **options)
+
+    async def route(route: Route) -> None:
+        if route.request.url.startswith(guard.allowed):
+            await route.continue_()
+        else:
+            guard.visit.refused.append(route.request.url)
+            await route.abort()
+
+    await context.route("**/*", route)
+    await context.add_init_script(IDLE_PROBE)
+    return context
+
+
+async def _page(context: BrowserContext, guard: Guard) -> tuple[Page, Visit]:
+    """A new page of `context`, with what it logs recorded in a new visit."""
+    visit = guard.visit = Visit()
+
+    def console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            where = message.location.get("url", "")
+            # A request the test refused shows up as a console error naming its URL: counted apart.
+            if not (where and where in visit.refused):
+                visit.errors.append(f"{message.text} ({where})")
+
+    page = await context.new_page()
+    page.on("console", console)
+    page.on("pageerror", lambda error: visit.errors.append(f"uncaught: {error}"))
+    return page, visit
+
+
+async def _open(
+    session: Session, allowed: str, width: int, height: int, **options: Any
+) -> tuple[BrowserContext, Page, Visit]:
+    """A fresh context and its one page, whose requests may only go to URLs starting with `allowed`."""
+    guard = Guard(allowed)
+    context = await _context(session, guard, width, height, **options)
+    page, visit = await _page(context, guard)
+    return context, page, visit
+
+
+async def _idle(page: Page, ready: str = "() => true") -> None:
+    """Wait until `ready` holds and the main thread has been quiet for QUIET_MS."""
+    await page.wait_for_function(f"() => ({ready})() && ({IDLE})()", polling=250, timeout=0)
+
+
+async def _settled(page: Page) -> None:
+    """After a change (a resize): let two frames render, then wait for idle (cells coming into view paint late)."""
+    await page.evaluate(
+        "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))"
+    )
+    await _idle(page)
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """Chromium with a fresh profile, no sandbox as root, no background network."""
+    if MISSING:
+        pytest.fail(f"the browser test must run here (PI_COURSE_REQUIRE_BROWSER=1) but {MISSING}: {FIX}")
+    from playwright.async_api import async_playwright
+
+    loop = asyncio.new_event_loop()
+    playwright = loop.run_until_complete(async_playwright().start())
+    browser = loop.run_until_complete(
+        playwright.chromium.launch(
+            executable_path=CHROMIUM, args=FLAGS, chromium_sandbox=os.geteuid() != 0, headless=True
+        )
+    )
+    shots = Path(os.environ.get("PI_COURSE_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    try:
+        yield Session(loop, playwright, browser, shots)
+    finally:
+        loop.run_until_complete(asyncio.wait_for(browser.close(), 30))
+        loop.run_until_complete(playwright.stop())
+        loop.close()
+
+
+@dataclass(frozen=True)
+class Lab:
+    """A JupyterLab server on 127.0.0.1 serving `root`."""
+
+    base: str
+    token: str
+    root: Path
+
+    def api(self, method: str, path: str) -> Any:
+        request = urllib.request.Request(
+            f"{self.base}{path}", method=method, headers={"Authorization": f"token {self.token}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            body = answer.read()
+        return json.loads(body) if body else None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """One JupyterLab for every notebook: its own config, settings and workspaces; no news, no update check."""
+    home = tmp_path_factory.mktemp("jupyterlab")
+    root = home / "notebooks"
+    settings = home / "settings"
+    notification = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    notification.parent.mkdir(parents=True)
+    notification.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}), encoding="utf-8")
+    root.mkdir()
+    env = dict(os.environ)
+    for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR"):
+        env[name] = str(home / name.lower())
+    port, token = _free_port(), os.urandom(12).hex()
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        f"--LabApp.user_settings_dir={settings}",
+        f"--LabApp.workspaces_dir={home / 'workspaces'}",
+    ] + (["--allow-root"] if os.geteuid() == 0 else [])
+    log = home / "server.log"
+    with log.open("w", encoding="utf-8") as output:
+        server = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+    lab = Lab(f"http://127.0.0.1:{port}", token, root)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                lab.api("GET", "/api/status")
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start: {log.read_text(encoding='utf-8')[-2000:]}")
+                time.sleep(0.25)
+        yield lab
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+@dataclass(frozen=True)
+class LabBrowser:
+    """One browser context for every JupyterLab page: its cache spares each page most of the app's loading."""
+
+    lab: Lab
+    context: BrowserContext
+    guard: Guard
+
+
+@pytest.fixture(scope="module")
+def lab_browser(session: Session, jupyterlab: Lab) -> Iterator[LabBrowser]:
+    """The context JupyterLab is opened in (requests only to the local server)."""
+    guard = Guard(jupyterlab.base)
+    context = session.run(_context(session, guard, 1280, 900))
+    try:
+        yield LabBrowser(jupyterlab, context, guard)
+    finally:
+        session.run(context.close(), 30)
+
+
+async def _notebook(
+    session: Session, browser: LabBrowser, name: str, cells: int
+) -> tuple[Visit, list[str], int]:
+    """Open `name` in JupyterLab, wait for idle, screenshot it whole; (visit, low-contrast texts, outputs)."""
+    lab = browser.lab
+    page, visit = await _page(browser.context, browser.guard)
+    try:
+        # A workspace of its own, so the notebooks opened before are not restored next to it.
+        workspace = name.removesuffix(".ipynb")
+        await page.goto(f"{lab.base}/lab/workspaces/{workspace}/tree/{name}?token={lab.token}")
+        attached = f"() => document.querySelectorAll('.jp-Notebook .jp-Cell').length >= {cells}"
+        await _idle(page, attached)
+        outputs: int = await page.evaluate("document.querySelectorAll('.jp-OutputArea-output').length")
+        low: list[str] = await page.evaluate(CONTRAST_PROBE, [".jp-OutputArea-output", CONTRAST])
+        # The notebook scrolls inside its panel: a window as tall as the notebook shows all of it at once.
+        # Cells out of view have estimated heights until they render: measure again once they have.
+        for _ in range(2):
+            bottom: float = await page.evaluate(
+                "(() => { const cells = document.querySelectorAll('.jp-Notebook .jp-Cell');"
+                " return cells[cells.length - 1].getBoundingClientRect().bottom + 60; })()"
+            )
+            await page.set_viewport_size({"width": 1280, "height": min(max(round(bottom), 900), 30000)})
+            await _settled(page)
+        await page.screenshot(path=str(session.shots / f"jupyterlab-{workspace}.png"))
+        return visit, low, outputs
+    finally:
+        await page.close()
+
+
+@pytest.mark.parametrize(("checkpoint_id", "tree"), RUNS)
+def test_notebook_opens_in_jupyterlab_goes_idle_and_logs_no_error(
+    session: Session, lab_browser: LabBrowser, checkpoint_id: str, tree: str
+) -> None:
+    """Opened in JupyterLab, does the run notebook go idle within the bound, log no error, and keep text readable?"""
+    nb = executed(checkpoint_id, tree)
+    name = f"{checkpoint_id}-{tree}.ipynb"
+    jupyterlab = lab_browser.lab
+    nbformat.write(nb, jupyterlab.root / name)  # type: ignore[no-untyped-call]
+    try:
+        visit, low, outputs = session.run(_notebook(session, lab_browser, name, len(nb.cells)))
+    except TimeoutError:
+        pytest.fail(f"JupyterLab stayed busy more than {BUSY_BOUND:g} s after opening {name}")
+    finally:
+        for kernel_session in jupyterlab.api("GET", "/api/sessions"):
+            jupyterlab.api("DELETE", f"/api/sessions/{kernel_session['id']}")
+    assert visit.errors == [] and visit.refused == []
+    assert low == []
+    with_outputs = sum(1 for cell in nb.cells if cell.get("outputs"))
+    assert outputs >= with_outputs > 0
+
+
+async def _static(session: Session, path: Path, shot: Path) -> tuple[Visit, list[str], int]:
+    """Open an exported notebook with no network; (visit, low-contrast texts, rendered HTML outputs)."""
+    context, page, visit = await _open(session, path.as_uri(), 1280, 900)
+    try:
+        await page.goto(path.as_uri())
+        await _idle(page)
+        low: list[str] = await page.evaluate(CONTRAST_PROBE, [".jp-OutputArea-output", CONTRAST])
+        shown: int = await page.evaluate("document.querySelectorAll('.jp-RenderedHTMLCommon').length")
+        await page.screenshot(path=str(shot), full_page=True)
+        return visit, low, shown
+    finally:
+        await context.close()
+
+
+@pytest.mark.parametrize("checkpoint_id", [c.id for c in real_checkpoints() if c.notebook])
+def test_static_html_export_needs_no_network(session: Session, checkpoint_id: str, tmp_path: Path) -> None:
+    """Exported with nbconvert --to html, does the notebook show its outputs offline, asking the network for nothing it needs?"""
+    nb = executed(checkpoint_id, "solution")
+    math = [
+        cell.source[:60]
+        for cell in nb.cells
+        if cell.cell_type == "markdown" and ("$" in cell.source or "\\(" in cell.source)
+    ]
+    assert math == [], "a formula needs MathJax from the network in the static export"
+    assert "widgets" not in nb.metadata, "widget state needs require.js from the network in the static export"
+    body, _ = HTMLExporter().from_notebook_node(nb)  # type: ignore[no-untyped-call]
+    page = tmp_path / f"{checkpoint_id}.html"
+    page.write_text(body, encoding="utf-8")
+    shot = session.shots / f"static-{checkpoint_id}.png"
+    visit, low, shown = session.run(_static(session, page, shot))
+    assert [url for url in visit.refused if not any(part in url for part in NBCONVERT_OPTIONAL)] == []
+    assert visit.errors == [] and low == []
+    assert shown >= sum(
+        1 for cell in nb.cells for out in cell.get("outputs", []) if "text/html" in out.get("data", {})
+    )
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the report pages are written (each once, for both widths)."""
+    return tmp_path_factory.mktemp("reports")
+
+
+async def _report(
+    session: Session, path: Path, width: int, shot: Path
+) -> tuple[Visit, list[str], list[str], str]:
+    """Open a report file at `width` (a phone: mobile layout); (visit, low contrast, too wide, viewport tag)."""
+    phone = width < 600
+    context, page, visit = await _open(
+        session,
+        path.as_uri(),
+        width,
+        844 if phone else 900,
+        is_mobile=phone,
+        has_touch=phone,
+        device_scale_factor=1,
+    )
+    try:
+        await page.goto(path.as_uri())
+        await _idle(page)
+        low: list[str] = await page.evaluate(CONTRAST_PROBE, ["body", CONTRAST])
+        wide: list[str] = await page.evaluate(OVERFLOW_PROBE)
+        viewport: str = await page.evaluate(
+            "document.querySelector('meta[name=viewport]')?.getAttribute('content') || ''"
+        )
+        await page.screenshot(path=str(shot), full_page=True)
+        return visit, low, wide, viewport
+    finally:
+        await context.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("version", class_report.VERSIONS)
+def test_class_report_reads_on_desktop_and_phone(
+    session: Session,
+    real_course: Course,
+    each_checkpoint: Checkpoint,
+    version: str,
+    width: str,
+    reports: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At 1280 px and on a 390 px phone, does each version fit the width, keep its text readable and log no error?"""
+    monkeypatch.setenv(i18n.LANG_ENV, "zh_CN")
+    path = reports / f"report-{each_checkpoint.id}-{version}.html"
+    if not path.exists():  # one page per version, opened at both widths
+        records, mutations = sample_class(real_course, each_checkpoint)
+        class_report.write(path, real_course, records, mutations, version=version)
+    shot = session.shots / f"report-{each_checkpoint.id}-{version}-{width}.png"
+    visit, low, wide, viewport = session.run(_report(session, path, WIDTHS[width], shot))
+    assert visit.errors == [] and visit.refused == []
+    assert "width=device-width" in viewport
+    assert wide == []
+    assert low == []
