@@ -1,0 +1,39 @@
+"""pi_course at checkpoint 01: the prologue's trace, and four demo events as a tagged union."""
+
+from .demo.prologue import (
+    PrologueOwner,
+    PrologueTraceEvent,
+    PrologueTraceType,
+    assert_valid_prologue_trace,
+    format_prologue_trace,
+    run_prologue_demo,
+)
+from .lab import LabNotImplemented
+from .survival.events import (
+    INVALID_DELTA,
+    DemoAborted,
+    DemoDelta,
+    DemoEvent,
+    DemoFinished,
+    DemoStarted,
+    format_event,
+    read_delta,
+)
+
+__all__ = [
+    "INVALID_DELTA",
+    "DemoAborted",
+    "DemoDelta",
+    "DemoEvent",
+    "DemoFinished",
+    "DemoStarted",
+    "LabNotImplemented",
+    "PrologueOwner",
+    "PrologueTraceEvent",
+    "PrologueTraceType",
+    "assert_valid_prologue_trace",
+    "format_event",
+    "format_prologue_trace",
+    "read_delta",
+    "run_prologue_demo",
+]
