@@ -43,7 +43,7 @@ from pi_course import (
 # Shared helpers. Nothing here calls a lab piece at import time: on the starter every lab error
 # must surface inside a test, never while collecting.
 
-MUST_BE_OBJECT = "必须是 object"
+MUST_BE_OBJECT = "参数必须是 object"
 MUST_BE_STRING = "必须是 string"
 MUST_BE_POSITIVE_INTEGER = "必须是正整数"
 JSON_SCHEMA_KEYS = ["type", "properties", "required", "additionalProperties"]
@@ -314,14 +314,14 @@ def test_omitted_optional_fields_are_present_as_none() -> None:
     ids=["None", "empty-list", "list", "str", "int", "float", "bool", "tuple"],
 )
 def test_parse_refuses_a_value_that_is_not_an_object(value: object) -> None:
-    """Is a non-dict (None, list, str, number, bool, tuple) refused with exactly `必须是 object`?"""
+    """Is a non-dict (None, list, str, number, bool, tuple) refused with exactly `参数必须是 object`?"""
     schema = object_schema({"value": string_value, "label": optional_string})
     assert validation_message(schema.parse, value) == MUST_BE_OBJECT
 
 
 @pytest.mark.lab6_1
 def test_parse_refuses_every_kind_of_non_object() -> None:
-    """For any JSON value that is not an object (scalars, lists, tuples), is it refused as `必须是 object`?"""
+    """For any JSON value that is not an object (scalars, lists, tuples), is it refused as `参数必须是 object`?"""
     schema = object_schema(request_shape())
     assert validation_message(schema.parse, None) == MUST_BE_OBJECT
 
@@ -784,7 +784,7 @@ def test_wrong_argument_type_gives_a_failed_result_without_executing() -> None:
 @pytest.mark.lab6_3
 @pytest.mark.parametrize("arguments", [None, [], "value=Pi", 42], ids=repr)
 def test_arguments_that_are_not_an_object_give_a_failed_result(arguments: object) -> None:
-    """Are arguments that are not an object answered with `Tool echo failed: 必须是 object`, never executed?"""
+    """Are arguments that are not an object answered with `Tool echo failed: 参数必须是 object`, never executed?"""
     body = Recorder()
     registry = ToolRegistry([make_echo(body)])
     result = execute(ToolCall(id="call-9", name="echo", arguments=arguments), registry)
