@@ -1,8 +1,9 @@
-"""Focused tests of checkpoint 07: the agent loop closes model → tool call → tool result → model.
+"""Focused tests of checkpoint 07: the agent loop asks the model, runs its tool calls, asks again.
 
-Sections follow the labs. On the starter each test stops on the LabNotImplemented of its own lab (a
-7.2 test may stop on a 7.1 piece it builds on): even the given provider's behaviour is checked
-through a lab piece, so that no test passes before the lab it belongs to is done.
+Sections follow the labs, and each course test (`07-agent-loop.test.ts`, by position) has a kit test
+that carries all of its assertions; deeper tests follow it. On the starter each test stops on the
+LabNotImplemented of its own lab or of an earlier one it builds on. Concurrency is ordered by gates
+the test opens (asyncio.Event), never by sleeping; a timeout only turns a hang into a red.
 """
 
 from __future__ import annotations
@@ -10,20 +11,36 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, TypeVar
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from pi_course import (
     AbortController,
     AbortSignal,
     AgentContext,
-    AgentEvent,
+    AgentMessage,
+    AgentRunResult,
+    AssistantContent,
     AssistantMessage,
-    Message,
-    ModelRequest,
-    ScriptedProvider,
+    LoopAssistantMessage,
+    LoopEvent,
+    LoopModelEvent,
+    LoopRun,
+    LoopToolEnd,
+    LoopToolProgress,
+    LoopToolSkipped,
+    LoopToolStart,
+    LoopTurnEnd,
+    ModelDone,
+    RunReason,
+    ScriptedErrorTurn,
+    ScriptedModel,
+    StopReason,
+    SystemMessage,
+    TextContent,
     Tool,
     ToolCall,
     ToolContext,
@@ -32,986 +49,1089 @@ from pi_course import (
     ToolRegistry,
     ToolResultMessage,
     UserMessage,
-    assistant,
+    assistant_message,
+    current_system_prompt,
+    now_ms,
     object_schema,
     run_agent_loop,
-    run_tool_calls,
     string_value,
     text,
-    tool_calls,
-    user,
+    user_message,
 )
 
 # Shared helpers. Nothing here calls a lab piece at import time: on the starter every lab error
 # must surface inside a test, never while collecting.
 
-CANCELLED = "已取消"
-NO_MORE_REPLIES = "没有更多脚本回复"
-SYSTEM_PROMPT = "You are a careful assistant."
+#: How long a gated test waits for something the loop should do at once, before it calls it a hang.
+HANG = 2.0
 
-#: The two pairing rules that every transcript sent to a real provider must keep.
-RULE_ANSWERED = "every tool call must be answered by exactly one tool result with the same id and name"
-RULE_ORDER = "the tool results of a reply must come right after that assistant message, in call order"
+T = TypeVar("T")
 
 
-def now_ms() -> int:
-    """Whole milliseconds since the epoch, the unit of every timestamp."""
-    return time.time_ns() // 1_000_000
+def call(call_id: str, name: str, arguments: object) -> ToolCall:
+    """A tool call as the model would write it."""
+    return ToolCall(id=call_id, name=name, arguments=arguments)
 
 
-def stable_fields(result: ToolResultMessage) -> dict[str, object]:
-    """Every field of a result except the timestamp, which changes from run to run."""
-    return {
-        "role": result.role,
-        "tool_call_id": result.tool_call_id,
-        "tool_name": result.tool_name,
-        "content": result.content,
-        "details": result.details,
-        "is_error": result.is_error,
-    }
-
-
-def failed_fields(call_id: str, name: str, message: str) -> dict[str, object]:
-    """The stable fields of 06's failed result for `message`."""
-    return {
-        "role": "toolResult",
-        "tool_call_id": call_id,
-        "tool_name": name,
-        "content": [text(f"Tool {name} failed: {message}")],
-        "details": {"error": message},
-        "is_error": True,
-    }
-
-
-def echo_fields(call_id: str, value: str = "Pi") -> dict[str, object]:
-    """The stable fields of the chapter echo's success result."""
-    return {
-        "role": "toolResult",
-        "tool_call_id": call_id,
-        "tool_name": "echo",
-        "content": [text(value)],
-        "details": {"source": "echo"},
-        "is_error": False,
-    }
-
-
-class EchoBody:
-    """The 06 chapter's echo body, remembering each call's params and context."""
-
-    def __init__(self) -> None:
-        self.params: list[dict[str, Any]] = []
-        self.contexts: list[ToolContext] = []
-
-    @property
-    def count(self) -> int:
-        """How many times echo was executed."""
-        return len(self.params)
-
-    async def execute(self, params: dict[str, Any], context: ToolContext) -> ToolOutput[dict[str, str]]:
-        """Echo `value` back with details {"source": "echo"}."""
-        self.params.append(params)
-        self.contexts.append(context)
-        return ToolOutput([text(params["value"])], {"source": "echo"})
-
-
-def make_echo(body: EchoBody | None = None) -> Tool[dict[str, Any], dict[str, str]]:
-    """The 06 chapter's echo tool: Tool("echo", "Echo one value", object_schema(...), execute)."""
-    return Tool(
-        "echo", "Echo one value", object_schema({"value": string_value}), (body or EchoBody()).execute
-    )
-
-
-def echo_call(call_id: str = "call-1", value: str = "Pi") -> ToolCall:
-    """A call of echo; the chapter's own carries an undeclared key that parse drops."""
-    return ToolCall(id=call_id, name="echo", arguments={"value": value, "ignored": "drop me"})
-
-
-class Journal:
-    """Tools that write `start <id>` and `end <id>` around a few event-loop hops.
-
-    Each tool awaits asyncio.sleep(0) `steps` times, so two calls run at the same time would
-    interleave their entries, and a call with fewer steps would finish first.
-    """
-
-    def __init__(self) -> None:
-        self.entries: list[str] = []
-
-    def tool(self, name: str, steps: int = 3) -> Tool[dict[str, Any], dict[str, str]]:
-        """A tool named `name` that journals its calls."""
-
-        async def execute(params: dict[str, Any], context: ToolContext) -> ToolOutput[dict[str, str]]:
-            self.entries.append(f"start {context.call_id}")
-            for _ in range(steps):
-                await asyncio.sleep(0)
-            self.entries.append(f"end {context.call_id}")
-            return ToolOutput([text(f"{name} done")], {"call": context.call_id})
-
-        return Tool(name, f"The {name} tool", object_schema({}), execute)
-
-
-def aborting_tool(controller: AbortController, body: EchoBody) -> Tool[dict[str, Any], dict[str, str]]:
-    """An echo-like tool named `stop` that fires the controller while it runs, then finishes normally."""
-
-    async def execute(params: dict[str, Any], context: ToolContext) -> ToolOutput[dict[str, str]]:
-        controller.abort("user pressed stop")
-        return await body.execute(params, context)
-
-    return Tool("stop", "Press stop", object_schema({"value": string_value}), execute)
-
-
-class EmitFailed(Exception):
-    """Raised by a test's emit callback (not a RuntimeError: a lab stub's error must not pass for it)."""
-
-
-class Events:
-    """An `emit` callback that records every event; it can raise on one event type."""
-
-    def __init__(self, raise_on: str | None = None) -> None:
-        self.seen: list[AgentEvent] = []
-        self.raise_on = raise_on
-
-    def __call__(self, event: AgentEvent) -> None:
-        self.seen.append(event)
-        if event.type == self.raise_on:
-            raise EmitFailed(f"emit failed on {event.type}")
-
-    @property
-    def types(self) -> list[str]:
-        """The event types, in order."""
-        return [event.type for event in self.seen]
-
-
-class RecordingProvider:
-    """A provider that keeps each request object as it came (no copy) and the signal it got."""
-
-    def __init__(self, replies: Iterable[AssistantMessage]) -> None:
-        self.replies = list(replies)
-        self.requests: list[ModelRequest] = []
-        self.sizes: list[int] = []
-        self.signals: list[AbortSignal | None] = []
-
-    async def complete(self, request: ModelRequest, *, signal: AbortSignal | None = None) -> AssistantMessage:
-        """Keep the request, then answer with the next reply, or plain text when none is left."""
-        self.requests.append(request)
-        self.sizes.append(len(request.messages))
-        self.signals.append(signal)
-        await asyncio.sleep(0)
-        return self.replies.pop(0) if self.replies else assistant(text("done"))
-
-
-class CountingRegistry(ToolRegistry):
-    """A registry that counts how often definitions() is asked for."""
-
-    definition_calls = 0
-
-    def definitions(self) -> list[ToolDefinition]:
-        """Count the call, then describe the tools as usual."""
-        self.definition_calls += 1
-        return super().definitions()
-
-
-def run_calls(
-    message: AssistantMessage,
-    registry: ToolRegistry,
-    *,
-    signal: AbortSignal | None = None,
-    events: Events | None = None,
-) -> list[ToolResultMessage]:
-    """Run run_tool_calls to completion in a fresh event loop."""
-    return asyncio.run(run_tool_calls(message, registry, signal=signal, emit=events))
-
-
-def run_loop(
-    prompts: list[Message],
-    context: AgentContext,
-    provider: ScriptedProvider | RecordingProvider,
-    *,
-    signal: AbortSignal | None = None,
-    events: Events | None = None,
-    max_turns: int | None = None,
-) -> list[Message]:
-    """Run run_agent_loop to completion in a fresh event loop (max_turns left at its default unless given)."""
-    if max_turns is None:
-        return asyncio.run(run_agent_loop(prompts, context, provider, signal=signal, emit=events))
-    return asyncio.run(
-        run_agent_loop(prompts, context, provider, signal=signal, emit=events, max_turns=max_turns)
-    )
-
-
-def chapter_run(
-    events: Events | None = None,
-) -> tuple[list[Message], ScriptedProvider, ToolRegistry, UserMessage, list[AssistantMessage]]:
-    """The chapter example: "say Pi", one echo call, then the text reply "Pi"."""
-    registry = ToolRegistry([make_echo()])
-    prompt = user("say Pi")
-    replies = [
-        assistant(ToolCall(id="call-1", name="echo", arguments={"value": "Pi", "ignored": "drop me"})),
-        assistant(text("Pi")),
-    ]
-    provider = ScriptedProvider(replies)
-    new = run_loop([prompt], AgentContext(SYSTEM_PROMPT, [], registry), provider, events=events)
-    return new, provider, registry, prompt, replies
-
-
-def assert_pairing(messages: list[Message]) -> None:
-    """Check the two pairing rules that real providers enforce on a transcript; name the one broken."""
-    for index, message in enumerate(messages):
-        if not isinstance(message, AssistantMessage) or message.stop_reason in ("error", "aborted"):
-            continue
-        calls = [block for block in message.content if isinstance(block, ToolCall)]
-        following = messages[index + 1 : index + 1 + len(calls)]
-        for position, call in enumerate(calls):
-            answer = following[position] if position < len(following) else None
-            if isinstance(answer, ToolResultMessage) and answer.tool_call_id == call.id:
-                assert answer.tool_name == call.name, (
-                    f"{RULE_ANSWERED}: {answer.tool_name!r} answers {call.name!r}"
-                )
-                continue
-            found = [
-                at
-                for at, m in enumerate(messages)
-                if isinstance(m, ToolResultMessage) and m.tool_call_id == call.id
-            ]
-            if not found:
-                pytest.fail(f"{RULE_ANSWERED}: call {call.id!r} ({call.name}) was left without a result")
-            pytest.fail(
-                f"{RULE_ORDER}: the result of call {call.id!r} ({call.name}) is message {found[0]}, "
-                f"but its assistant message is message {index}"
-            )
-    for index, result in enumerate(messages):
-        if isinstance(result, ToolResultMessage):
-            owner = next((m for m in reversed(messages[:index]) if isinstance(m, AssistantMessage)), None)
-            owned = [] if owner is None else [b.id for b in owner.content if isinstance(b, ToolCall)]
-            if result.tool_call_id not in owned:
-                pytest.fail(
-                    f"{RULE_ORDER}: the result of {result.tool_call_id!r} comes before (or without) "
-                    "the assistant message that holds its call"
-                )
-
-
-# ## Lab 7.1 · run the tool calls of one assistant message
-
-
-@pytest.mark.lab7_1
-def test_tool_calls_returns_the_calls_in_order_and_skips_text() -> None:
-    """Does tool_calls() give the message's ToolCall blocks, the very objects, in order, without the text?"""
-    first, second = echo_call("a"), ToolCall(id="b", name="missing", arguments={})
-    message = assistant(text("let me check"), first, text("and"), second)
-    calls = tool_calls(message)
-    assert calls == [first, second]
-    assert calls[0] is first and calls[1] is second
-    assert message.content == [text("let me check"), first, text("and"), second]
-
-
-@pytest.mark.lab7_1
-def test_tool_calls_of_a_text_only_reply_is_empty() -> None:
-    """Is a reply without tool calls (text only, or no content) answered with an empty list?"""
-    assert tool_calls(assistant(text("Pi"))) == []
-    assert tool_calls(AssistantMessage(content=[], stop_reason="stop", timestamp=0)) == []
-
-
-@pytest.mark.lab7_1
-def test_assistant_defaults_its_stop_reason_from_its_blocks() -> None:
-    """Does assistant() stop with "toolUse" when a block is a ToolCall, "stop" otherwise, unless told?"""
-    before = now_ms()
-    calling = assistant(text("checking"), echo_call())
-    after = now_ms()
-    assert tool_calls(calling) == [echo_call()]
-    assert calling.stop_reason == "toolUse"
-    assert assistant(text("Pi")).stop_reason == "stop"
-    assert assistant().stop_reason == "stop"
-    assert assistant(echo_call(), stop_reason="length").stop_reason == "length"
-    assert (calling.role, calling.error_message) == ("assistant", None)
-    assert type(calling.timestamp) is int and before <= calling.timestamp <= after
-
-
-@pytest.mark.lab7_1
-def test_run_tool_calls_answers_the_chapter_echo_call() -> None:
-    """Does the chapter's echo call come back as 06's success result for call-1, with a timestamp of now?"""
-    body = EchoBody()
-    before = now_ms()
-    results = run_calls(assistant(echo_call()), ToolRegistry([make_echo(body)]))
-    after = now_ms()
-    assert [stable_fields(result) for result in results] == [echo_fields("call-1")]
-    assert type(results[0]) is ToolResultMessage
-    assert before <= results[0].timestamp <= after
-    assert body.params == [{"value": "Pi"}]
-
-
-@pytest.mark.lab7_1
-def test_tool_calls_run_one_after_another_in_source_order() -> None:
-    """Does each call start only after the previous one has finished, in the order the model wrote them?"""
-    journal = Journal()
-    registry = ToolRegistry([journal.tool("slow", steps=5), journal.tool("quick", steps=0)])
-    message = assistant(
-        ToolCall(id="a", name="slow", arguments={}),
-        ToolCall(id="b", name="quick", arguments={}),
-        ToolCall(id="c", name="slow", arguments={}),
-    )
-    run_calls(message, registry)
-    # Run together (asyncio.gather, tasks), the entries would interleave: start a, start b, end b, ...
-    assert journal.entries == ["start a", "end a", "start b", "end b", "start c", "end c"], (
-        f"each call must finish before the next one starts; the tools ran as {journal.entries}"
-    )
-
-
-@pytest.mark.lab7_1
-def test_results_come_in_call_order_paired_by_id_and_name() -> None:
-    """With a slow call first, an unknown tool, bad arguments and a quick call, is each result in call order, paired?"""
-    journal = Journal()
-    registry = ToolRegistry([journal.tool("slow", steps=5), journal.tool("quick", steps=0), make_echo()])
-    message = assistant(
-        ToolCall(id="a", name="slow", arguments={}),
-        ToolCall(id="b", name="missing", arguments={"value": "Pi"}),
-        ToolCall(id="c", name="echo", arguments={"value": 1}),
-        ToolCall(id="d", name="quick", arguments={}),
-        echo_call("e"),
-    )
-    results = run_calls(message, registry)
-    assert [(r.tool_call_id, r.tool_name) for r in results] == [
-        ("a", "slow"),
-        ("b", "missing"),
-        ("c", "echo"),
-        ("d", "quick"),
-        ("e", "echo"),
-    ]
-    assert stable_fields(results[1]) == failed_fields("b", "missing", "未知工具")
-    assert stable_fields(results[2]) == failed_fields("c", "echo", "必须是 string")
-    assert [r.details for r in (results[0], results[3])] == [{"call": "a"}, {"call": "d"}]
-    assert stable_fields(results[4]) == echo_fields("e")
-
-
-@pytest.mark.lab7_1
-def test_a_reply_without_tool_calls_runs_nothing_and_emits_nothing() -> None:
-    """Does a text-only reply give no results and no events?"""
-    body, events = EchoBody(), Events()
-    assert run_calls(assistant(text("Pi")), ToolRegistry([make_echo(body)]), events=events) == []
-    assert events.seen == []
-    assert body.count == 0
-
-
-@pytest.mark.lab7_1
-def test_run_tool_calls_passes_the_signal_on_to_every_tool() -> None:
-    """Does every tool get the very signal the caller passed (not aborted, so they all run)?"""
-    body = EchoBody()
-    controller = AbortController()
-    run_calls(
-        assistant(echo_call("a"), echo_call("b")), ToolRegistry([make_echo(body)]), signal=controller.signal
-    )
-    assert [context.call_id for context in body.contexts] == ["a", "b"]
-    assert all(context.signal is controller.signal for context in body.contexts)
-
-
-@pytest.mark.lab7_1
-def test_a_cancelled_call_is_still_answered() -> None:
-    """Diagnosis: after an abort mid-run, is every call still answered by a result with its own id and name?"""
-    controller = AbortController()
-    registry = ToolRegistry([make_echo(), aborting_tool(controller, EchoBody())])
-    message = assistant(
-        ToolCall(id="call-1", name="stop", arguments={"value": "halt"}),
-        echo_call("call-2"),
-        echo_call("call-3"),
-    )
-    results = run_calls(message, registry, signal=controller.signal)
-    # A transcript with an unanswered call is refused by real providers: the cancelled calls need results too.
-    assert_pairing([message, *results])
-    assert len(results) == 3
-
-
-@pytest.mark.lab7_1
-def test_a_signal_aborted_before_the_first_call_cancels_every_call_without_running() -> None:
-    """With the signal already aborted, is every call answered as `Tool <name> failed: 已取消`, none executed?"""
-    body = EchoBody()
-    controller = AbortController()
-    controller.abort()
-    message = assistant(echo_call("a"), ToolCall(id="b", name="missing", arguments={}))
-    before = now_ms()
-    results = run_calls(message, ToolRegistry([make_echo(body)]), signal=controller.signal)
-    after = now_ms()
-    assert body.count == 0
-    assert [stable_fields(result) for result in results] == [
-        failed_fields("a", "echo", CANCELLED),
-        failed_fields("b", "missing", CANCELLED),
-    ]
-    assert all(before <= result.timestamp <= after for result in results)
-
-
-@pytest.mark.lab7_1
-def test_an_abort_during_a_tool_cancels_only_the_later_calls() -> None:
-    """When the second tool presses stop while it runs, do calls 1–2 keep their results and calls 3–4 get `已取消`?"""
-    body, stopper = EchoBody(), EchoBody()
-    controller = AbortController()
-    registry = ToolRegistry([make_echo(body), aborting_tool(controller, stopper)])
-    message = assistant(
-        echo_call("a"),
-        ToolCall(id="b", name="stop", arguments={"value": "halt"}),
-        echo_call("c"),
-        ToolCall(id="d", name="missing", arguments={}),
-    )
-    results = run_calls(message, registry, signal=controller.signal)
-    assert (body.count, stopper.count) == (1, 1)
-    assert [stable_fields(result) for result in results] == [
-        echo_fields("a"),
-        {**echo_fields("b", "halt"), "tool_name": "stop"},
-        failed_fields("c", "echo", CANCELLED),
-        failed_fields("d", "missing", CANCELLED),
-    ]
-
-
-@pytest.mark.lab7_1
-def test_run_tool_calls_emits_start_end_and_message_end_for_each_call() -> None:
-    """For each call, in order, are tool_execution_start, tool_execution_end and message_end emitted, carrying it?"""
-    journal, events = Journal(), Events()
-    registry = ToolRegistry([make_echo(), journal.tool("quick", steps=0)])
-    first, second = echo_call("a"), ToolCall(id="b", name="quick", arguments={})
-    results = run_calls(assistant(first, text("between"), second), registry, events=events)
-    assert events.seen == [
-        AgentEvent("tool_execution_start", call=first),
-        AgentEvent("tool_execution_end", call=first, message=results[0]),
-        AgentEvent("message_end", message=results[0]),
-        AgentEvent("tool_execution_start", call=second),
-        AgentEvent("tool_execution_end", call=second, message=results[1]),
-        AgentEvent("message_end", message=results[1]),
-    ]
-    # The events carry the very call and result objects, not copies.
-    assert events.seen[0].call is first and events.seen[1].message is results[0]
-    assert events.seen[2].message is results[0] and events.seen[5].message is results[1]
-
-
-@pytest.mark.lab7_1
-def test_the_start_event_comes_before_the_tool_runs_and_the_end_events_after() -> None:
-    """Does the tool run between its tool_execution_start and its tool_execution_end?"""
-    journal = Journal()
-    registry = ToolRegistry([journal.tool("slow", steps=2)])
-
-    def emit(event: AgentEvent) -> None:
-        journal.entries.append(event.type)
-
-    asyncio.run(run_tool_calls(assistant(ToolCall(id="a", name="slow", arguments={})), registry, emit=emit))
-    assert journal.entries == [
-        "tool_execution_start",
-        "start a",
-        "end a",
-        "tool_execution_end",
-        "message_end",
-    ]
-
-
-@pytest.mark.lab7_1
-def test_cancelled_calls_still_get_all_three_events() -> None:
-    """When the signal is aborted, does each cancelled call still get start, end and message_end with its result?"""
-    controller = AbortController()
-    controller.abort()
-    events = Events()
-    first, second = echo_call("a"), echo_call("b")
-    results = run_calls(
-        assistant(first, second), ToolRegistry([make_echo()]), signal=controller.signal, events=events
-    )
-    assert events.seen == [
-        AgentEvent("tool_execution_start", call=first),
-        AgentEvent("tool_execution_end", call=first, message=results[0]),
-        AgentEvent("message_end", message=results[0]),
-        AgentEvent("tool_execution_start", call=second),
-        AgentEvent("tool_execution_end", call=second, message=results[1]),
-        AgentEvent("message_end", message=results[1]),
-    ]
-    assert all(result.details == {"error": CANCELLED} for result in results)
-
-
-@pytest.mark.lab7_1
-def test_run_tool_calls_without_emit_still_answers_every_call() -> None:
-    """Called without emit, and with an emit that returns a value, does it still answer each call?"""
-    registry = ToolRegistry([make_echo()])
-    message = assistant(echo_call("a"), echo_call("b"))
-    assert [r.tool_call_id for r in run_calls(message, registry)] == ["a", "b"]
-    seen: list[str] = []
-
-    def emit(event: AgentEvent) -> bool:
-        seen.append(event.type)
-        return False  # ignored
-
-    results = asyncio.run(run_tool_calls(message, registry, emit=emit))
-    assert [r.tool_call_id for r in results] == ["a", "b"]
-    assert len(seen) == 6
-
-
-@pytest.mark.lab7_1
-def test_an_exception_raised_by_emit_propagates_from_run_tool_calls() -> None:
-    """Does an error raised inside emit reach the caller of run_tool_calls instead of being swallowed?"""
-    body = EchoBody()
-    with pytest.raises(EmitFailed, match="emit failed on tool_execution_start"):
-        run_calls(
-            assistant(echo_call()), ToolRegistry([make_echo(body)]), events=Events("tool_execution_start")
-        )
-    assert body.count == 0
-
-
-@pytest.mark.lab7_1
-def test_run_tool_calls_leaves_the_message_alone() -> None:
-    """After running, is the assistant message (its blocks and arguments) exactly as before?"""
-    message = assistant(text("checking"), echo_call("a"), ToolCall(id="b", name="missing", arguments={}))
-    snapshot = copy.deepcopy(message)
-    run_calls(message, ToolRegistry([make_echo()]))
-    assert message == snapshot
-
-
-@pytest.mark.lab7_1
-def test_agent_events_carry_nothing_unless_given() -> None:
-    """Does an AgentEvent default its message and call to None, and do run_tool_calls' events use AgentEvent?"""
-    assert AgentEvent("agent_start") == AgentEvent(type="agent_start", message=None, call=None)
-    events = Events()
-    run_calls(assistant(echo_call()), ToolRegistry([make_echo()]), events=events)
-    assert all(type(event) is AgentEvent for event in events.seen)
-    assert events.seen[0].message is None and events.seen[2].call is None
-
-
-# ## Lab 7.2 · the agent loop
-
-
-@pytest.mark.lab7_2
-def test_each_tool_result_follows_its_assistant_message() -> None:
-    """Diagnosis: over several turns and calls, does each result come right after the assistant message holding its call?"""
-    registry = ToolRegistry([make_echo()])
-    provider = ScriptedProvider(
-        [
-            assistant(echo_call("call-1"), echo_call("call-2", "Py")),
-            assistant(text("one more"), echo_call("call-3")),
-            assistant(text("done")),
-        ]
-    )
-    new = run_loop([user("say Pi")], AgentContext("", [], registry), provider)
-    # Results appended before their assistant message break the rule in what the model sees next.
-    for request in provider.requests:
-        assert_pairing(request.messages)
-    assert_pairing(new)
-    assert [message.role for message in new] == [
-        "user",
-        "assistant",
-        "toolResult",
-        "toolResult",
-        "assistant",
-        "toolResult",
-        "assistant",
-    ]
-
-
-@pytest.mark.lab7_2
-def test_the_chapter_example_returns_four_messages() -> None:
-    """Does "say Pi" give user, the echo call, 06's success result for call-1, and the reply "Pi"?"""
-    new, _, _, prompt, replies = chapter_run()
-    assert len(new) == 4
-    assert new[0] is prompt
-    assert new[1] is replies[0] and new[3] is replies[1]
-    result = new[2]
-    assert isinstance(result, ToolResultMessage)
-    assert stable_fields(result) == echo_fields("call-1")
-    assert [message.role for message in new] == ["user", "assistant", "toolResult", "assistant"]
-
-
-@pytest.mark.lab7_2
-def test_the_chapter_example_sends_two_requests_with_the_tool_definitions() -> None:
-    """Did the provider see 2 requests, each with tools == definitions(), the second holding the first three messages?"""
-    new, provider, registry, prompt, _ = chapter_run()
-    assert len(provider.requests) == 2
-    first, second = provider.requests
-    assert all(type(request) is ModelRequest for request in provider.requests)
-    assert [request.system_prompt for request in provider.requests] == [SYSTEM_PROMPT, SYSTEM_PROMPT]
-    assert first.tools == registry.definitions() and second.tools == registry.definitions()
-    assert first.messages == [prompt]
-    assert second.messages == new[:3]
-
-
-@pytest.mark.lab7_2
-def test_the_chapter_example_takes_two_turns_in_the_upstream_event_order() -> None:
-    """Are the chapter's events exactly agent_start, 2 turns (each turn_start … turn_end) and agent_end?"""
-    events = Events()
-    new, _, _, prompt, replies = chapter_run(events)
-    call = tool_calls(replies[0])[0]
-    assert events.seen == [
-        AgentEvent("agent_start"),
-        AgentEvent("turn_start"),
-        AgentEvent("message_end", message=prompt),
-        AgentEvent("message_end", message=replies[0]),
-        AgentEvent("tool_execution_start", call=call),
-        AgentEvent("tool_execution_end", call=call, message=new[2]),
-        AgentEvent("message_end", message=new[2]),
-        AgentEvent("turn_end", message=replies[0]),
-        AgentEvent("turn_start"),
-        AgentEvent("message_end", message=replies[1]),
-        AgentEvent("turn_end", message=replies[1]),
-        AgentEvent("agent_end"),
-    ]
-    assert (events.types.count("turn_start"), events.types.count("turn_end")) == (2, 2)
-    assert events.seen[7].message is replies[0] and events.seen[10].message is replies[1]
-
-
-@pytest.mark.lab7_2
-def test_the_chapter_transcript_has_the_camel_case_wire_form() -> None:
-    """Does each message of the chapter run turn into JSON with camelCase keys (no errorMessage when None)?"""
-    new, _, _, prompt, replies = chapter_run()
-    wire = [message.to_dict() for message in new]
-    assert json.loads(json.dumps(wire, ensure_ascii=False)) == wire
-    assert wire[0] == {"role": "user", "content": "say Pi", "timestamp": prompt.timestamp}
-    assert wire[1] == {
-        "role": "assistant",
-        "content": [
-            {
-                "type": "toolCall",
-                "id": "call-1",
-                "name": "echo",
-                "arguments": {"value": "Pi", "ignored": "drop me"},
-            }
-        ],
-        "stopReason": "toolUse",
-        "timestamp": replies[0].timestamp,
-    }
-    assert list(wire[2]) == ["role", "toolCallId", "toolName", "content", "details", "isError", "timestamp"]
-    assert wire[3] == {
-        "role": "assistant",
-        "content": [{"type": "text", "text": "Pi"}],
-        "stopReason": "stop",
-        "timestamp": replies[1].timestamp,
-    }
-    assert all(type(message.timestamp) is int for message in new)
-
-
-@pytest.mark.lab7_2
-def test_an_error_reply_has_an_error_message_on_the_wire() -> None:
-    """When the script runs out, is the reply stop_reason "error" with errorMessage `没有更多脚本回复` on the wire?"""
-    provider = ScriptedProvider([])
-    before = now_ms()
-    new = run_loop([user("hi")], AgentContext("", [], ToolRegistry()), provider)
-    after = now_ms()
-    reply = new[1]
-    assert isinstance(reply, AssistantMessage)
-    assert (reply.content, reply.stop_reason, reply.error_message) == ([], "error", NO_MORE_REPLIES)
-    assert before <= reply.timestamp <= after
-    assert reply.to_dict() == {
-        "role": "assistant",
-        "content": [],
-        "stopReason": "error",
-        "errorMessage": NO_MORE_REPLIES,
-        "timestamp": reply.timestamp,
-    }
-    assert list(reply.to_dict()) == ["role", "content", "stopReason", "errorMessage", "timestamp"]
-    assert len(provider.requests) == 1
-
-
-@pytest.mark.lab7_2
-def test_the_transcript_is_the_context_messages_then_the_prompts() -> None:
-    """Does the first request hold context.messages then the prompts, and are only the prompts returned as new?"""
-    history: list[Message] = [user("earlier"), assistant(text("noted"))]
-    prompts: list[Message] = [user("first"), user("second")]
-    provider = ScriptedProvider([assistant(text("ok"))])
-    events = Events()
-    new = run_loop(prompts, AgentContext(SYSTEM_PROMPT, history, ToolRegistry()), provider, events=events)
-    assert provider.requests[0].messages == [*history, *prompts]
-    assert new == [*prompts, new[2]] and len(new) == 3
-    assert [e.message for e in events.seen if e.type == "message_end"] == [*prompts, new[2]]
-
-
-@pytest.mark.lab7_2
-def test_neither_context_messages_nor_prompts_are_modified() -> None:
-    """After a run with tool calls, are context.messages and prompts the same lists with the same items?"""
-    history: list[Message] = [user("earlier")]
-    prompts: list[Message] = [user("say Pi")]
-    history_before, prompts_before = list(history), list(prompts)
-    context = AgentContext(SYSTEM_PROMPT, history, ToolRegistry([make_echo()]))
-    new = run_loop(prompts, context, ScriptedProvider([assistant(echo_call()), assistant(text("Pi"))]))
-    assert context.messages is history and history == history_before
-    assert prompts == prompts_before
-    assert new is not prompts and new is not history
-    assert len(new) == 4
-
-
-@pytest.mark.lab7_2
-def test_the_provider_gets_a_new_list_for_every_request() -> None:
-    """Does each request hold its own list, which keeps its length after the run and is not the caller's list?"""
-    history: list[Message] = [user("earlier")]
-    prompts: list[Message] = [user("say Pi")]
-    provider = RecordingProvider(
-        [assistant(echo_call("a")), assistant(echo_call("b")), assistant(text("Pi"))]
-    )
-    new = run_loop(prompts, AgentContext(SYSTEM_PROMPT, history, ToolRegistry([make_echo()])), provider)
-    first, second, third = provider.requests
-    assert first.messages is not history and first.messages is not prompts
-    assert first.messages is not second.messages and second.messages is not third.messages
-    assert all(request.messages is not new for request in provider.requests)
-    # Uncopied requests show the live transcript if the loop handed it over: they would all have grown.
-    assert provider.sizes == [2, 4, 6]
-    assert [len(request.messages) for request in provider.requests] == [2, 4, 6]
-
-
-@pytest.mark.lab7_2
-def test_a_recorded_request_does_not_change_after_the_run() -> None:
-    """After the run, does editing the returned messages, the history or a reply leave provider.requests as sent?"""
-    history: list[Message] = [user("earlier")]
-    reply = assistant(echo_call())
-    provider = ScriptedProvider([reply, assistant(text("Pi"))])
-    new = run_loop([user("say Pi")], AgentContext("", history, ToolRegistry([make_echo()])), provider)
-    sent = copy.deepcopy(provider.requests)
-    new.append(user("later"))
-    history.append(user("later"))
-    reply.content.append(text("edited"))
-    call = reply.content[0]
-    assert isinstance(call, ToolCall) and isinstance(call.arguments, dict)
-    call.arguments["value"] = "edited"
-    assert provider.requests == sent
-    assert [len(request.messages) for request in provider.requests] == [2, 4]
-
-
-@pytest.mark.lab7_2
-def test_definitions_are_asked_for_afresh_for_every_request() -> None:
-    """Is registry.definitions() called once per request, so a tool registered mid-run is offered next turn?"""
-    registry = CountingRegistry()
-    added = Journal().tool("later", steps=0)
-
-    async def register_later(params: dict[str, Any], context: ToolContext) -> ToolOutput[None]:
-        registry.register(added)
-        return ToolOutput([text("registered")])
-
-    registry.register(Tool("grow", "Register another tool", object_schema({}), register_later))
-    provider = RecordingProvider(
-        [assistant(ToolCall(id="a", name="grow", arguments={})), assistant(text("ok"))]
-    )
-    run_loop([user("grow")], AgentContext("", [], registry), provider)
-    assert registry.definition_calls == 2
-    first, second = provider.requests
-    assert [d.name for d in first.tools] == ["grow"]
-    assert [d.name for d in second.tools] == ["grow", "later"]
-    assert first.tools is not second.tools
-
-
-@pytest.mark.lab7_2
-def test_a_reply_without_tool_calls_ends_the_loop_after_one_request() -> None:
-    """Does a text-only reply end the run: one request, the prompt and the reply returned, one turn?"""
-    events = Events()
-    provider = ScriptedProvider([assistant(text("Pi")), assistant(text("never asked"))])
-    new = run_loop([user("say Pi")], AgentContext("", [], ToolRegistry()), provider, events=events)
-    assert len(provider.requests) == 1
-    assert len(new) == 2
-    assert events.types == [
-        "agent_start",
-        "turn_start",
-        "message_end",
-        "message_end",
-        "turn_end",
-        "agent_end",
-    ]
-
-
-@pytest.mark.lab7_2
-@pytest.mark.parametrize("stop_reason", ["error", "aborted"])
-def test_an_error_or_aborted_reply_ends_the_loop_without_running_its_tool_calls(stop_reason: str) -> None:
-    """Does a reply that stopped on error/aborted end the run with turn_end then agent_end, its calls never run?"""
-    body, events = EchoBody(), Events()
-    failed = AssistantMessage(
-        content=[echo_call()],
-        stop_reason="error" if stop_reason == "error" else "aborted",
+def result_for(current: ToolCall, value: str, is_error: bool = False) -> ToolResultMessage:
+    """A result an injected executor builds by hand for `current`."""
+    return ToolResultMessage(
+        tool_call_id=current.id,
+        tool_name=current.name,
+        content=[text(value)],
+        details=None,
+        is_error=is_error,
         timestamp=now_ms(),
     )
-    provider = ScriptedProvider([failed, assistant(text("never asked"))])
-    prompt = user("say Pi")
-    new = run_loop([prompt], AgentContext("", [], ToolRegistry([make_echo(body)])), provider, events=events)
-    assert body.count == 0
-    assert new == [prompt, failed]
-    assert len(provider.requests) == 1
-    assert events.seen[-2:] == [AgentEvent("turn_end", message=failed), AgentEvent("agent_end")]
-    assert events.types == [
-        "agent_start",
-        "turn_start",
-        "message_end",
-        "message_end",
+
+
+def tool_results(messages: Sequence[AgentMessage]) -> list[ToolResultMessage]:
+    """The tool results of a transcript, in order."""
+    return [message for message in messages if isinstance(message, ToolResultMessage)]
+
+
+def roles(messages: Sequence[AgentMessage]) -> list[str]:
+    """The role of each message, in order."""
+    return [message.role for message in messages]
+
+
+def of_type(events: Sequence[LoopEvent], kind: str) -> list[LoopEvent]:
+    """The events of one `type`, in order."""
+    return [event for event in events if event.type == kind]
+
+
+def assert_single_end(events: Sequence[LoopEvent], reason: RunReason) -> None:
+    """Exactly one turn_end in the run, carrying `reason`."""
+    assert of_type(events, "turn_end") == [LoopTurnEnd(reason=reason)]
+
+
+def run(
+    model: ScriptedModel | Any,
+    registry: ToolRegistry,
+    context: AgentContext,
+    events: list[LoopEvent] | None = None,
+    **options: Any,
+) -> AgentRunResult:
+    """Run the loop to its end, collecting its events into `events` when given."""
+    on_event = events.append if events is not None else None
+    return asyncio.run(
+        run_agent_loop(model=model, tools=registry, context=context, on_event=on_event, **options)
+    )
+
+
+class Echo:
+    """The echo tool of the course's tests, counting its executions."""
+
+    def __init__(self, name: str = "echo") -> None:
+        self.name = name
+        self.executions = 0
+
+    async def execute(self, params: dict[str, Any], context: ToolContext) -> ToolOutput[None]:
+        """Return the value it was given."""
+        self.executions += 1
+        return ToolOutput([text(params["value"])])
+
+    def tool(self) -> Tool[dict[str, Any], None]:
+        """The tool to register."""
+        return Tool(self.name, self.name, object_schema({"value": string_value}), self.execute)
+
+
+def echo_registry() -> tuple[ToolRegistry, Echo]:
+    """A registry holding one counting echo tool."""
+    echo = Echo()
+    return ToolRegistry([echo.tool()]), echo
+
+
+def context_of(*messages: AgentMessage) -> AgentContext:
+    """A context with these messages and no tools of its own."""
+    return AgentContext(messages=list(messages))
+
+
+def user_run() -> AgentContext:
+    """The course's one-message context: `run`."""
+    return context_of(user_message("run"))
+
+
+class Gate:
+    """An asyncio.Event opened by the test; created inside the running loop."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def open(self) -> None:
+        """Let whoever waits go on."""
+        self.event.set()
+
+    async def passed(self, what: str, pending: asyncio.Future[Any]) -> None:
+        """Wait until the gate opens (see `arrival`)."""
+        await arrival(self.event.wait(), what, pending)
+
+
+async def arrival(waiter: Awaitable[T], what: str, pending: asyncio.Future[Any]) -> T:
+    """Wait for `waiter`, unless the run under test ends first: then its error surfaces here.
+
+    A hang becomes a failure that says what never happened.
+    """
+    arrived = asyncio.ensure_future(waiter)
+    done, _ = await asyncio.wait({arrived, pending}, timeout=HANG, return_when=asyncio.FIRST_COMPLETED)
+    if arrived in done:
+        return arrived.result()
+    arrived.cancel()
+    if pending in done:
+        pending.result()  # an unfinished lab raises its LabNotImplemented here
+        pytest.fail(f"the run ended before this happened: {what}")
+    pytest.fail(what)
+
+
+class EditingModel:
+    """A model that keeps the request it was given and then changes it, as careless code might."""
+
+    def __init__(self, turns: Sequence[AssistantMessage]) -> None:
+        self.inner = ScriptedModel(turns)
+        self.seen: list[AgentContext] = []
+
+    def stream(self, context: AgentContext, *, signal: AbortSignal | None = None) -> Any:
+        """Record, play the scripted turn, then vandalise the request it was handed."""
+        self.seen.append(context)
+        stream = self.inner.stream(context, signal=signal)
+        context.messages.append(user_message("injected by the model"))
+        first = context.messages[0]
+        if not isinstance(first, SystemMessage):
+            first.content[0] = text("edited by the model")
+        return stream
+
+
+# ## Lab 7.1 · one model turn, one ending
+
+
+@pytest.mark.lab7_1
+def test_a_plain_stop_keeps_the_input_and_sends_the_whole_context() -> None:
+    """纯文本 stop：调用方的 context 原样不动，模型收到的请求只有 messages 与 registry 的定义吗？"""
+    registry, _ = echo_registry()
+    context = AgentContext(
+        messages=[SystemMessage(content="You are Pi.", timestamp=0), user_message("explain the loop")],
+        tools=[ToolDefinition("stale-definition", "must not reach the model", {"type": "object"})],
+    )
+    before = copy.deepcopy(context)
+    events: list[LoopEvent] = []
+    model = ScriptedModel([assistant_message([text("A loop closes over evidence.")], "stop")])
+
+    result = run(model, registry, context, events)
+
+    assert context == before
+    assert result.messages is not context.messages
+    assert roles(result.messages) == ["system", "user", "assistant"]
+    assert len(model.requests) == 1
+    request = model.requests[0]
+    assert current_system_prompt(request.messages) == "You are Pi."
+    assert not hasattr(request, "system_prompt") and not hasattr(request, "systemPrompt")
+    assert request.messages == before.messages
+    assert request.tools == registry.definitions()
+    assert result.reason == "stop"
+    assert result.steps == 1
+    assert_single_end(events, "stop")
+
+
+@pytest.mark.lab7_1
+def test_the_model_events_come_first_then_the_assistant_message_then_turn_end() -> None:
+    """一轮纯文本：先转发模型的每个事件，再宣布完整的 assistant，最后一个 turn_end 吗？"""
+    registry, _ = echo_registry()
+    reply = assistant_message([text("hello")], "stop")
+    events: list[LoopEvent] = []
+
+    result = run(ScriptedModel([reply]), registry, user_run(), events)
+
+    assert [event.type for event in events] == [
+        "model_event",
+        "model_event",
+        "model_event",
+        "assistant_message",
         "turn_end",
-        "agent_end",
     ]
+    model_events = [event.event.type for event in events if isinstance(event, LoopModelEvent)]
+    assert model_events == ["start", "text_delta", "done"]
+    done = events[2]
+    assert isinstance(done, LoopModelEvent) and isinstance(done.event, ModelDone)
+    announced = events[3]
+    assert isinstance(announced, LoopAssistantMessage)
+    # The message announced is the very one the transcript holds, appended once.
+    assert announced.message is result.messages[-1]
+    assert announced.message == done.event.message
+    assert roles(result.messages) == ["user", "assistant"]
+
+
+@pytest.mark.lab7_1
+def test_the_transcript_shares_no_message_with_the_caller() -> None:
+    """run 的 messages 是深拷贝吗？改动结果里的消息不会改到调用方的消息。"""
+    registry, _ = echo_registry()
+    context = context_of(user_message("mine"))
+    before = copy.deepcopy(context)
+
+    result = run(ScriptedModel([assistant_message([text("ok")], "stop")]), registry, context)
+
+    first = result.messages[0]
+    assert first == context.messages[0]
+    assert first is not context.messages[0]
+    assert isinstance(first, UserMessage)
+    first.content[0] = text("changed afterwards")
+    assert context == before
+
+
+@pytest.mark.lab7_1
+def test_a_model_that_edits_its_request_changes_nothing_in_the_transcript() -> None:
+    """模型拿到的是自己的副本吗？它往请求里追加或改写消息，run 的 transcript 都不受影响。"""
+    registry, _ = echo_registry()
+    model = EditingModel([assistant_message([text("ok")], "stop")])
+
+    result = run(model, registry, context_of(user_message("original")))
+
+    assert roles(result.messages) == ["user", "assistant"]
+    first = result.messages[0]
+    assert not isinstance(first, SystemMessage)
+    assert first.content == [text("original")]
+
+
+@pytest.mark.lab7_1
+def test_a_run_without_an_observer_still_ends() -> None:
+    """不传 on_event 时，一轮纯文本 stop 照样正常结束吗？"""
+    registry, _ = echo_registry()
+    result = run(ScriptedModel([assistant_message([text("ok")], "stop")]), registry, user_run())
+    assert (result.reason, result.steps, roles(result.messages)) == ("stop", 1, ["user", "assistant"])
+
+
+@pytest.mark.lab7_1
+def test_finish_emits_turn_end_only_the_first_time() -> None:
+    """finish 被调用两次时，turn_end 仍然只发一次吗？每次都返回同一份 messages。"""
+    events: list[LoopEvent] = []
+    loop_run = LoopRun(user_run(), events.append)
+
+    first = loop_run.finish("stop", 1)
+    second = loop_run.finish("error", 1)
+
+    assert events == [LoopTurnEnd(reason="stop")]
+    assert (first.reason, first.steps) == ("stop", 1)
+    assert second.messages is first.messages is loop_run.messages
+
+
+# ## Lab 7.2 · one tool round trip
 
 
 @pytest.mark.lab7_2
-@pytest.mark.parametrize("stop_reason", ["stop", "length"])
-def test_a_stop_or_length_reply_with_tool_calls_still_runs_them(stop_reason: str) -> None:
-    """Are the tool calls of a reply that stopped on "stop" or "length" run, answered, and followed by a turn?"""
-    body = EchoBody()
-    calling = assistant(echo_call(), stop_reason="stop" if stop_reason == "stop" else "length")
-    provider = ScriptedProvider([calling, assistant(text("Pi"))])
-    new = run_loop([user("say Pi")], AgentContext("", [], ToolRegistry([make_echo(body)])), provider)
-    assert body.count == 1
-    assert len(provider.requests) == 2
-    assert [message.role for message in new] == ["user", "assistant", "toolResult", "assistant"]
+def test_the_loop_never_writes_a_system_message_and_the_caller_s_messages_prefix_every_request() -> None:
+    """loop 从不写 system message 吗？调用方的 messages（含 system）是每次请求与结果的不变前缀。"""
+    registry, _ = echo_registry()
+    context = context_of(
+        SystemMessage(content="BASE", sections={"rules": "RULE v1"}, timestamp=0),
+        user_message("first"),
+        assistant_message([text("ok")], "stop"),
+        SystemMessage(content="", sections={"rules": "RULE v2"}, timestamp=2),
+        user_message("second"),
+    )
+    before = copy.deepcopy(context)
+    prefix = len(before.messages)
+    model = ScriptedModel(
+        [
+            assistant_message([call("echo-1", "echo", {"value": "hi"})], "toolUse"),
+            assistant_message([text("done")], "stop"),
+        ]
+    )
+
+    result = run(model, registry, context)
+
+    assert result.reason == "stop"
+    assert result.messages[:prefix] == before.messages, "调用方给的 messages（含 system message）是不变前缀"
+    assert roles(result.messages[prefix:]) == ["assistant", "toolResult", "assistant"], (
+        "loop 只追加 assistant 与 toolResult"
+    )
+    assert len(model.requests) == 2
+    for request in model.requests:
+        assert request.messages[:prefix] == before.messages
+        assert len([m for m in request.messages if m.role == "system"]) == 2, (
+            "system message 留在 transcript 原位，折叠是第 05 章 adapter 的事"
+        )
+        assert current_system_prompt(request.messages) == "BASE\n\nRULE v2"
+    assert context == before
+
+
+class Probe:
+    """The course's probe tool: records what its context held and reports progress once."""
+
+    def __init__(self, progress: list[TextContent]) -> None:
+        self.progress = progress
+        self.contexts: list[ToolContext] = []
+
+    async def execute(self, params: dict[str, Any], context: ToolContext) -> ToolOutput[dict[str, str]]:
+        """Observe the context, report progress, answer."""
+        self.contexts.append(context)
+        if context.report_progress is not None:
+            context.report_progress(self.progress)
+        return ToolOutput([text(f"observed:{params['value']}")], {"source": "probe"})
 
 
 @pytest.mark.lab7_2
-@pytest.mark.parametrize("max_turns", [1, 2, 3])
-def test_max_turns_caps_the_requests_and_the_last_calls_are_still_answered(max_turns: int) -> None:
-    """With a model that always calls echo, is the provider asked max_turns times, every call answered, then agent_end?"""
-    body, events = EchoBody(), Events()
-    replies = [assistant(echo_call(f"call-{n}")) for n in range(1, 6)]
-    provider = ScriptedProvider(replies)
-    prompt = user("loop forever")
-    context = AgentContext("", [], ToolRegistry([make_echo(body)]))
-    new = run_loop([prompt], context, provider, events=events, max_turns=max_turns)
-    assert len(provider.requests) == max_turns
-    assert_pairing(new)
-    assert body.count == max_turns
-    assert len(new) == 1 + 2 * max_turns
-    last = new[-1]
-    assert isinstance(last, ToolResultMessage) and last.tool_call_id == f"call-{max_turns}"
-    assert (events.types.count("turn_start"), events.types.count("turn_end")) == (max_turns, max_turns)
-    assert events.types[-2:] == ["turn_end", "agent_end"]
-    assert events.types.count("agent_end") == 1
-
-
-@pytest.mark.lab7_2
-def test_max_turns_defaults_to_ten() -> None:
-    """Without max_turns, does a model that always calls a tool get asked exactly 10 times?"""
-    provider = ScriptedProvider([assistant(echo_call(f"call-{n}")) for n in range(12)])
-    new = run_loop([user("loop")], AgentContext("", [], ToolRegistry([make_echo()])), provider)
-    assert len(provider.requests) == 10
-    assert len(new) == 21
-
-
-@pytest.mark.lab7_2
-@pytest.mark.parametrize("max_turns", [0, -1])
-def test_max_turns_below_one_is_refused_before_anything_happens(max_turns: int) -> None:
-    """Does max_turns < 1 raise ValueError with no event emitted, no request sent and no tool run?"""
-    body, events = EchoBody(), Events()
-    provider = ScriptedProvider([assistant(echo_call())])
-    context = AgentContext("", [], ToolRegistry([make_echo(body)]))
-    with pytest.raises(ValueError):
-        run_loop([user("hi")], context, provider, events=events, max_turns=max_turns)
-    assert events.seen == []
-    assert provider.requests == []
-    assert body.count == 0
-
-
-@pytest.mark.lab7_2
-def test_the_events_of_a_multi_call_run_follow_the_upstream_order() -> None:
-    """With history, two prompts and a reply with two calls, is every event where upstream Pi puts it?"""
-    events = Events()
-    history: list[Message] = [user("earlier")]
-    prompts: list[Message] = [user("first"), user("second")]
-    calling = assistant(text("two calls"), echo_call("a"), echo_call("b", "Py"))
-    final = assistant(text("done"))
-    provider = ScriptedProvider([calling, final])
-    new = run_loop(prompts, AgentContext("", history, ToolRegistry([make_echo()])), provider, events=events)
-    first, second = tool_calls(calling)
-    assert events.seen == [
-        AgentEvent("agent_start"),
-        AgentEvent("turn_start"),
-        AgentEvent("message_end", message=prompts[0]),
-        AgentEvent("message_end", message=prompts[1]),
-        AgentEvent("message_end", message=calling),
-        AgentEvent("tool_execution_start", call=first),
-        AgentEvent("tool_execution_end", call=first, message=new[3]),
-        AgentEvent("message_end", message=new[3]),
-        AgentEvent("tool_execution_start", call=second),
-        AgentEvent("tool_execution_end", call=second, message=new[4]),
-        AgentEvent("message_end", message=new[4]),
-        AgentEvent("turn_end", message=calling),
-        AgentEvent("turn_start"),
-        AgentEvent("message_end", message=final),
-        AgentEvent("turn_end", message=final),
-        AgentEvent("agent_end"),
-    ]
-
-
-@pytest.mark.lab7_2
-def test_the_loop_passes_the_signal_to_the_provider_and_the_tools() -> None:
-    """Do the provider and every tool get the very signal the caller passed?"""
-    body = EchoBody()
+def test_one_tool_round_trip_passes_signal_and_progress_and_feeds_the_next_request() -> None:
+    """单工具往返：signal 和 progress 到达工具，配对结果进入第二次请求，事件顺序对吗？"""
     controller = AbortController()
-    provider = RecordingProvider([assistant(echo_call("a")), assistant(echo_call("b"))])
-    context = AgentContext("", [], ToolRegistry([make_echo(body)]))
-    run_loop([user("hi")], context, provider, signal=controller.signal)
-    assert len(provider.signals) == 3
-    assert all(signal is controller.signal for signal in provider.signals)
-    assert [context.signal for context in body.contexts] == [controller.signal, controller.signal]
+    progress = [text("halfway")]
+    probe = Probe(progress)
+    registry = ToolRegistry(
+        [Tool("probe", "observe tool context", object_schema({"value": string_value}), probe.execute)]
+    )
+    context = context_of(user_message("inspect"))
+    before = copy.deepcopy(context)
+    tool_call = call("probe-1", "probe", {"value": "signal"})
+    model = ScriptedModel(
+        [assistant_message([tool_call], "toolUse"), assistant_message([text("done")], "stop")]
+    )
+    events: list[LoopEvent] = []
+
+    result = run(model, registry, context, events, signal=controller.signal)
+
+    assert len(probe.contexts) == 1
+    assert probe.contexts[0].call_id == "probe-1"
+    assert probe.contexts[0].signal is controller.signal
+    assert context == before
+    assert len(model.requests) == 2
+    assert roles(model.requests[1].messages) == ["user", "assistant", "toolResult"]
+    assert model.requests[1].tools == registry.definitions()
+    assert roles(result.messages) == ["user", "assistant", "toolResult", "assistant"]
+    announced = [event.message.stop_reason for event in events if isinstance(event, LoopAssistantMessage)]
+    assert announced == ["toolUse", "stop"]
+    paired = tool_results(result.messages)
+    assert len(paired) == 1
+    assert paired[0].tool_call_id == tool_call.id
+    assert paired[0].tool_name == tool_call.name
+    assert paired[0].content == [text("observed:signal")]
+    assert paired[0].details == {"source": "probe"}
+    assert of_type(events, "tool_progress") == [LoopToolProgress(call_id="probe-1", content=progress)]
+    tool_events = [e.type for e in events if e.type in ("tool_start", "tool_progress", "tool_end")]
+    assert tool_events == ["tool_start", "tool_progress", "tool_end"]
+    assert len(of_type(events, "tool_start")) == 1
+    assert len(of_type(events, "tool_end")) == 1
+    assert result.reason == "stop"
+    assert result.steps == 2
+    assert_single_end(events, "stop")
 
 
 @pytest.mark.lab7_2
-def test_a_signal_aborted_before_the_run_gives_one_aborted_reply() -> None:
-    """With the signal already aborted, does the loop still ask once and stop on the `已取消` reply, script unused?"""
-    body, events = EchoBody(), Events()
+def test_the_events_of_a_round_trip_come_in_the_chapter_s_order() -> None:
+    """一次往返的事件顺序是 模型事件 → assistant → tool_start → tool_end → 模型事件 → assistant → turn_end 吗？"""
+    registry, _ = echo_registry()
+    echo_call = call("call-1", "echo", {"value": "README"})
+    model = ScriptedModel(
+        [
+            assistant_message([text("let me read"), echo_call], "toolUse"),
+            assistant_message([text("tiny-pi")], "stop"),
+        ]
+    )
+    events: list[LoopEvent] = []
+
+    run(model, registry, user_run(), events)
+
+    described = [event.event.type if isinstance(event, LoopModelEvent) else event.type for event in events]
+    assert described == [
+        "start",
+        "text_delta",
+        "toolcall_delta",
+        "toolcall_end",
+        "done",
+        "assistant_message",
+        "tool_start",
+        "tool_end",
+        "start",
+        "text_delta",
+        "done",
+        "assistant_message",
+        "turn_end",
+    ]
+    start = events[6]
+    end = events[7]
+    assert isinstance(start, LoopToolStart) and start.call == echo_call
+    assert isinstance(end, LoopToolEnd) and end.result.tool_call_id == "call-1"
+
+
+@pytest.mark.lab7_2
+def test_every_request_carries_the_registry_s_definitions_of_that_moment() -> None:
+    """每次请求都重新取 registry.definitions() 吗？工具运行中注册的新工具，下一次请求就能看到。"""
+    registry, _ = echo_registry()
+    late = Echo("late")
+
+    async def register_late(params: dict[str, Any], context: ToolContext) -> ToolOutput[None]:
+        registry.register(late.tool())
+        return ToolOutput([text("registered")])
+
+    registry.register(Tool("install", "install", object_schema({}), register_late))
+    model = ScriptedModel(
+        [assistant_message([call("c1", "install", {})], "toolUse"), assistant_message([text("ok")], "stop")]
+    )
+
+    run(model, registry, user_run())
+
+    names = [[tool.name for tool in request.tools or []] for request in model.requests]
+    assert names == [["echo", "install"], ["echo", "install", "late"]]
+
+
+@pytest.mark.lab7_2
+def test_an_unknown_tool_is_answered_by_06_s_executor_and_the_loop_goes_on() -> None:
+    """没有注入 executor 时用 06 的 execute_tool_call：未知工具得到 06 的失败结果，loop 继续请求模型吗？"""
+    registry, echo = echo_registry()
+    model = ScriptedModel(
+        [assistant_message([call("m1", "missing", {})], "toolUse"), assistant_message([text("ok")], "stop")]
+    )
+
+    result = run(model, registry, user_run())
+
+    [answer] = tool_results(result.messages)
+    assert (answer.tool_call_id, answer.tool_name, answer.is_error) == ("m1", "missing", True)
+    assert answer.content == [text("Tool missing failed: 未知工具")]
+    assert answer.details == {"error": "未知工具"}
+    assert echo.executions == 0
+    assert (result.reason, len(model.requests)) == ("stop", 2)
+
+
+@pytest.mark.lab7_2
+def test_an_injected_executor_replaces_the_registry_and_gets_signal_and_progress() -> None:
+    """注入的 execute_tool_call 取代 registry 执行，并收到同一个 signal 和绑定了 call id 的 progress 吗？"""
+    registry, echo = echo_registry()
+    controller = AbortController()
+    seen: list[tuple[str, AbortSignal | None]] = []
+
+    async def executor(
+        current: ToolCall,
+        *,
+        signal: AbortSignal | None = None,
+        report_progress: Callable[[list[TextContent]], None] | None = None,
+    ) -> ToolResultMessage:
+        seen.append((current.id, signal))
+        assert report_progress is not None
+        report_progress([text("working")])
+        return result_for(current, "injected")
+
+    model = ScriptedModel(
+        [
+            assistant_message([call("e1", "echo", {"value": "x"})], "toolUse"),
+            assistant_message([text("ok")], "stop"),
+        ]
+    )
+    events: list[LoopEvent] = []
+
+    result = run(model, registry, user_run(), events, signal=controller.signal, execute_tool_call=executor)
+
+    assert seen == [("e1", controller.signal)]
+    assert echo.executions == 0
+    assert [r.content for r in tool_results(result.messages)] == [[text("injected")]]
+    assert of_type(events, "tool_progress") == [LoopToolProgress(call_id="e1", content=[text("working")])]
+
+
+# ## Lab 7.3 · turns that run no tool
+
+STOP_REASONS: dict[str, StopReason] = {"length": "length", "error": "error", "aborted": "aborted"}
+
+SKIPPED_TEXTS = {
+    "length": "Tool call was not executed because the model response was truncated.",
+    "error": "Tool call was not executed because the model turn ended with error.",
+    "aborted": "Tool call was not executed because the model turn ended with aborted.",
+    "unexpected-stop": "Tool call was not executed because the model returned stop with a tool call.",
+}
+
+
+@pytest.mark.lab7_3
+@pytest.mark.parametrize("reason", ["length", "error", "aborted"])
+def test_length_error_and_aborted_run_no_tool_and_answer_every_call_as_skipped(
+    reason: Literal["length", "error", "aborted"],
+) -> None:
+    """length、error、aborted 时一个工具都不执行，每个 call 都得到 skipped 结果并配对吗？"""
+    registry, echo = echo_registry()
+    calls = [
+        call(f"{reason}-1", "echo", {"value": "first"}),
+        call(f"{reason}-2", "echo", {"value": "second"}),
+    ]
+    error_message = "provider failed" if reason == "error" else None
+    reply = assistant_message(list(calls), reason, error_message=error_message)
+    events: list[LoopEvent] = []
+
+    result = run(ScriptedModel([reply]), registry, user_run(), events)
+
+    assert echo.executions == 0, f"{reason} must never execute tools"
+    assert result.reason == reason
+    answered = [
+        {"id": r.tool_call_id, "name": r.tool_name, "error": r.is_error, "details": r.details}
+        for r in tool_results(result.messages)
+    ]
+    assert answered == [
+        {"id": c.id, "name": c.name, "error": True, "details": {"skipped": True, "reason": reason}}
+        for c in calls
+    ]
+    assert len(of_type(events, "tool_start")) == 0
+    assert len(of_type(events, "tool_skipped")) == 2
+    assert_single_end(events, reason)
+
+
+@pytest.mark.lab7_3
+def test_stop_with_a_call_ends_as_a_protocol_error_with_an_unexpected_stop_result() -> None:
+    """stop 却夹带 call：不执行，结果标为 unexpected-stop，整次运行以 error 结束吗？"""
+    registry, echo = echo_registry()
+    malformed = call("stop-call", "echo", {"value": "never"})
+    events: list[LoopEvent] = []
+
+    result = run(ScriptedModel([assistant_message([malformed], "stop")]), registry, user_run(), events)
+
+    assert echo.executions == 0
+    assert result.reason == "error"
+    answered = [
+        {"id": r.tool_call_id, "name": r.tool_name, "is_error": r.is_error, "details": r.details}
+        for r in tool_results(result.messages)
+    ]
+    assert answered == [
+        {
+            "id": malformed.id,
+            "name": malformed.name,
+            "is_error": True,
+            "details": {"skipped": True, "reason": "unexpected-stop"},
+        }
+    ]
+    assert_single_end(events, "error")
+
+
+@pytest.mark.lab7_3
+def test_tool_use_without_a_call_ends_as_a_protocol_error_with_no_result() -> None:
+    """toolUse 却没有任何 call：不写结果，整次运行以 error 结束吗？"""
+    registry, _ = echo_registry()
+    events: list[LoopEvent] = []
+    reply = assistant_message([text("missing call")], "toolUse")
+
+    result = run(ScriptedModel([reply]), registry, user_run(), events)
+
+    assert result.reason == "error"
+    assert len(tool_results(result.messages)) == 0
+    assert roles(result.messages) == ["user", "assistant"]
+    assert of_type(events, "tool_skipped") == []
+    assert_single_end(events, "error")
+
+
+@pytest.mark.lab7_3
+@pytest.mark.parametrize("reason", ["length", "error", "aborted", "unexpected-stop"])
+def test_a_skipped_result_says_why_in_the_course_s_words(reason: str) -> None:
+    """skipped 结果的正文与课程一字不差吗？content、details、is_error 都对吗？"""
+    stop: StopReason = "stop" if reason == "unexpected-stop" else STOP_REASONS[reason]
+    registry, _ = echo_registry()
+    skipped = call("c1", "echo", {"value": "x"})
+
+    result = run(ScriptedModel([assistant_message([skipped], stop)]), registry, user_run())
+
+    [answer] = tool_results(result.messages)
+    assert answer.content == [text(SKIPPED_TEXTS[reason])]
+    assert answer.details == {"skipped": True, "reason": reason}
+    assert answer.is_error is True
+    assert answer.role == "toolResult"
+
+
+@pytest.mark.lab7_3
+def test_skipped_results_follow_their_assistant_in_call_order_with_one_event_each() -> None:
+    """skipped 结果紧跟 assistant、按 call 顺序写入，每个结果恰好一个 tool_skipped 事件吗？"""
+    registry, _ = echo_registry()
+    calls = [call(f"c{n}", "echo", {"value": str(n)}) for n in range(3)]
+    reply = assistant_message([text("cut"), *calls], "length")
+    events: list[LoopEvent] = []
+
+    result = run(ScriptedModel([reply]), registry, user_run(), events)
+
+    assert roles(result.messages) == ["user", "assistant", "toolResult", "toolResult", "toolResult"]
+    written = tool_results(result.messages)
+    assert [r.tool_call_id for r in written] == ["c0", "c1", "c2"]
+    skipped_events = of_type(events, "tool_skipped")
+    assert skipped_events == [LoopToolSkipped(result=r) for r in written]
+    after_reply = [e.type for e in events if e.type != "model_event"]
+    assert after_reply == ["assistant_message", "tool_skipped", "tool_skipped", "tool_skipped", "turn_end"]
+    assert of_type(events, "tool_end") == []
+
+
+@pytest.mark.lab7_3
+def test_a_failed_stream_ends_the_run_with_its_reason() -> None:
+    """模型流以 error 结束（脚本里的失败轮、或脚本已用完）时，run 以 error 结束且不再请求吗？"""
+    registry, _ = echo_registry()
+    failing = ScriptedModel([ScriptedErrorTurn("error", "upstream 500", partial_text="par")])
+    events: list[LoopEvent] = []
+
+    result = run(failing, registry, user_run(), events)
+
+    assert (result.reason, result.steps, len(failing.requests)) == ("error", 1, 1)
+    last = result.messages[-1]
+    assert isinstance(last, AssistantMessage)
+    assert (last.stop_reason, last.error_message, last.content) == ("error", "upstream 500", [text("par")])
+    assert_single_end(events, "error")
+
+    empty = ScriptedModel([])
+    exhausted = run(empty, registry, user_run())
+    final = exhausted.messages[-1]
+    assert isinstance(final, AssistantMessage)
+    assert (exhausted.reason, final.error_message) == ("error", "ScriptedModel 没有更多响应")
+
+
+@pytest.mark.lab7_3
+@given(
+    stop=st.sampled_from(["length", "error", "aborted", "stop", "toolUse"]),
+    count=st.integers(min_value=0, max_value=3),
+    lead_text=st.booleans(),
+)
+def test_any_turn_that_ends_the_run_answers_every_call_it_holds(
+    stop: StopReason, count: int, lead_text: bool
+) -> None:
+    """任意一轮只要结束运行：工具从不执行，每个 call 恰好一个配对结果，turn_end 唯一且原因正确吗？"""
+    # A toolUse turn with calls continues the run: Lab 7.2 and 7.4 cover it.
+    assume(stop != "toolUse" or count == 0)
+    registry, echo = echo_registry()
+    calls = [call(f"c{n}", "echo", {"value": "v"}) for n in range(count)]
+    content: list[AssistantContent] = [text("lead"), *calls] if lead_text else [*calls]
+    events: list[LoopEvent] = []
+
+    result = run(ScriptedModel([assistant_message(content, stop)]), registry, user_run(), events)
+
+    expected: RunReason = stop if stop in ("length", "error", "aborted") else "error"
+    if stop == "stop" and not calls:
+        expected = "stop"
+    assert echo.executions == 0
+    assert result.reason == expected
+    assert [(r.tool_call_id, r.tool_name) for r in tool_results(result.messages)] == [
+        (c.id, c.name) for c in calls
+    ]
+    assert len(of_type(events, "tool_skipped")) == len(calls)
+    assert_single_end(events, expected)
+
+
+# ## Lab 7.4 · concurrent tools
+
+
+def gated_tool(name: str, gate: asyncio.Event, started: list[str], both: asyncio.Event) -> Tool[Any, None]:
+    """A tool that says it started, then waits for the test to open its gate."""
+
+    async def execute(params: dict[str, Any], context: ToolContext) -> ToolOutput[None]:
+        started.append(name)
+        if len(started) == 2:
+            both.set()
+        await gate.wait()
+        return ToolOutput([text(params["value"])])
+
+    return Tool(name, name, object_schema({"value": string_value}), execute)
+
+
+@pytest.mark.lab7_4
+def test_a_batch_runs_at_once_tool_end_in_completion_order_results_in_call_order() -> None:
+    """同批工具同时运行吗？tool_end 按真实完成顺序发出，transcript 仍按 call 顺序写入？"""
+
+    async def scenario() -> tuple[AgentRunResult, list[LoopEvent], ScriptedModel]:
+        slow_gate, fast_gate, both_started, fast_ended = (Gate() for _ in range(4))
+        started: list[str] = []
+        registry = ToolRegistry(
+            [
+                gated_tool("slow", slow_gate.event, started, both_started.event),
+                gated_tool("fast", fast_gate.event, started, both_started.event),
+            ]
+        )
+        calls = [call("slow-call", "slow", {"value": "S"}), call("fast-call", "fast", {"value": "F"})]
+        model = ScriptedModel(
+            [assistant_message([*calls], "toolUse"), assistant_message([text("done")], "stop")]
+        )
+        events: list[LoopEvent] = []
+
+        def observe(event: LoopEvent) -> None:
+            events.append(event)
+            if isinstance(event, LoopToolEnd) and event.result.tool_call_id == "fast-call":
+                fast_ended.open()
+
+        pending = asyncio.ensure_future(
+            run_agent_loop(model=model, tools=registry, context=user_run(), on_event=observe)
+        )
+        try:
+            await both_started.passed("两个工具没有同时开始：slow 还在等待时，fast 应该已经启动", pending)
+            fast_gate.open()
+            await fast_ended.passed("fast 完成后没有立刻发出自己的 tool_end", pending)
+            slow_gate.open()
+            return await asyncio.wait_for(pending, HANG), events, model
+        finally:
+            pending.cancel()
+
+    result, events, model = asyncio.run(scenario())
+
+    ended = [e.result.tool_call_id for e in events if isinstance(e, LoopToolEnd)]
+    assert ended == ["fast-call", "slow-call"]
+    assert [r.tool_call_id for r in tool_results(result.messages)] == ["slow-call", "fast-call"]
+    assert [r.tool_call_id for r in tool_results(model.requests[1].messages)] == ["slow-call", "fast-call"]
+    assert [r.tool_name for r in tool_results(result.messages)] == ["slow", "fast"]
+    assert_single_end(events, "stop")
+
+
+class ExplodingError(Exception):
+    """An executor failure that carries a stack-like attribute and a note."""
+
+
+@pytest.mark.lab7_4
+def test_a_rejected_injected_executor_becomes_an_error_result_and_keeps_its_siblings() -> None:
+    """注入的 executor 抛出异常：它变成不带 stack 的错误结果，同批的其他结果不丢吗？"""
+
+    async def scenario() -> tuple[AgentRunResult, list[LoopEvent]]:
+        good_started, release_good = Gate(), Gate()
+
+        async def executor(
+            current: ToolCall,
+            *,
+            signal: AbortSignal | None = None,
+            report_progress: Callable[[list[TextContent]], None] | None = None,
+        ) -> ToolResultMessage:
+            if current.id == "bad-call":
+                error = ExplodingError("executor exploded")
+                error.stack = "STACK_SECRET"  # type: ignore[attr-defined]
+                error.add_note("STACK_SECRET")
+                raise error
+            good_started.open()
+            await release_good.event.wait()
+            if report_progress is not None:
+                report_progress([text("good still running")])
+            return result_for(current, "good result")
+
+        model = ScriptedModel(
+            [
+                assistant_message([call("bad-call", "bad", {}), call("good-call", "good", {})], "toolUse"),
+                assistant_message([text("done")], "stop"),
+            ]
+        )
+        events: list[LoopEvent] = []
+        pending = asyncio.ensure_future(
+            run_agent_loop(
+                model=model,
+                tools=ToolRegistry(),
+                context=user_run(),
+                execute_tool_call=executor,
+                on_event=events.append,
+            )
+        )
+        try:
+            await good_started.passed("good 没有启动：bad 的异常不应拦住同批的其他调用", pending)
+            release_good.open()
+            return await asyncio.wait_for(pending, HANG), events
+        finally:
+            pending.cancel()
+
+    result, events = asyncio.run(scenario())
+
+    assert result.reason == "stop"
+    results = tool_results(result.messages)
+    assert [r.tool_call_id for r in results] == ["bad-call", "good-call"]
+    assert [r.tool_name for r in results] == ["bad", "good"]
+    assert results[0].is_error is True
+    assert results[1].is_error is False
+    wire = json.dumps(results[0].to_dict(), ensure_ascii=False)
+    assert "executor exploded" in wire
+    assert "STACK_SECRET" not in wire
+    assert "stack" not in wire.lower()
+    assert "Traceback" not in wire
+    assert sorted(e.result.tool_call_id for e in events if isinstance(e, LoopToolEnd)) == [
+        "bad-call",
+        "good-call",
+    ]
+    assert any(isinstance(e, LoopToolProgress) and e.call_id == "good-call" for e in events)
+    assert_single_end(events, "stop")
+
+
+@pytest.mark.lab7_4
+def test_a_failed_execution_keeps_only_the_message() -> None:
+    """被拒绝的调用的结果是 06 的失败形状吗？正文 Tool <name> failed: <消息>，details 只有 error。"""
+
+    async def executor(current: ToolCall, **_: object) -> ToolResultMessage:
+        raise RuntimeError("disk on fire")
+
+    model = ScriptedModel(
+        [assistant_message([call("x1", "write", {})], "toolUse"), assistant_message([text("ok")], "stop")]
+    )
+
+    result = run(model, ToolRegistry(), user_run(), execute_tool_call=executor)
+
+    [answer] = tool_results(result.messages)
+    assert answer.content == [text("Tool write failed: disk on fire")]
+    assert answer.details == {"error": "disk on fire"}
+    assert (answer.tool_call_id, answer.tool_name, answer.is_error) == ("x1", "write", True)
+
+
+@pytest.mark.lab7_4
+def test_an_exception_without_a_message_is_named_by_its_class() -> None:
+    """异常没有消息时，失败结果用异常的类名，而不是空字符串吗？"""
+
+    async def executor(current: ToolCall, **_: object) -> ToolResultMessage:
+        raise LookupError()
+
+    model = ScriptedModel(
+        [assistant_message([call("x1", "find", {})], "toolUse"), assistant_message([text("ok")], "stop")]
+    )
+
+    result = run(model, ToolRegistry(), user_run(), execute_tool_call=executor)
+
+    [answer] = tool_results(result.messages)
+    assert answer.content == [text("Tool find failed: LookupError")]
+    assert answer.details == {"error": "LookupError"}
+
+
+@pytest.mark.lab7_4
+def test_a_cancellation_inside_an_executor_is_not_turned_into_a_result() -> None:
+    """executor 里的 asyncio.CancelledError 会穿过 loop，而不是被当成工具失败吞掉吗？"""
+
+    async def executor(current: ToolCall, **_: object) -> ToolResultMessage:
+        raise asyncio.CancelledError()
+
+    model = ScriptedModel(
+        [assistant_message([call("x1", "echo", {})], "toolUse"), assistant_message([text("ok")], "stop")]
+    )
+
+    with pytest.raises(asyncio.CancelledError):
+        run(model, ToolRegistry(), user_run(), execute_tool_call=executor)
+
+
+@pytest.mark.lab7_4
+def test_every_tool_start_of_a_batch_comes_before_any_tool_runs() -> None:
+    """整批的 tool_start 都在任何工具开始执行之前发出吗？"""
+    events: list[LoopEvent] = []
+    starts_seen: list[int] = []
+
+    async def executor(current: ToolCall, **_: object) -> ToolResultMessage:
+        starts_seen.append(len(of_type(events, "tool_start")))
+        return result_for(current, current.id)
+
+    calls = [call(f"c{n}", "echo", {}) for n in range(3)]
+    model = ScriptedModel([assistant_message([*calls], "toolUse"), assistant_message([text("ok")], "stop")])
+
+    run(model, ToolRegistry(), user_run(), events, execute_tool_call=executor)
+
+    assert starts_seen == [3, 3, 3]
+    assert [e.call.id for e in events if isinstance(e, LoopToolStart)] == ["c0", "c1", "c2"]
+
+
+@pytest.mark.lab7_4
+@given(order=st.permutations([0, 1, 2]))
+def test_for_any_completion_order_results_are_written_in_call_order(order: list[int]) -> None:
+    """无论三个工具以什么顺序完成，tool_end 跟着完成顺序，写入的结果始终按 call 顺序吗？"""
+
+    async def scenario() -> tuple[AgentRunResult, list[LoopEvent]]:
+        gates = [Gate() for _ in range(3)]
+        all_started = Gate()
+        started: list[str] = []
+        events: list[LoopEvent] = []
+        ended = asyncio.Queue[str]()
+
+        async def executor(current: ToolCall, **_: object) -> ToolResultMessage:
+            started.append(current.id)
+            if len(started) == 3:
+                all_started.open()
+            await gates[int(current.id[1:])].event.wait()
+            return result_for(current, current.id)
+
+        def observe(event: LoopEvent) -> None:
+            events.append(event)
+            if isinstance(event, LoopToolEnd):
+                ended.put_nowait(event.result.tool_call_id)
+
+        calls = [call(f"c{n}", f"tool{n}", {}) for n in range(3)]
+        model = ScriptedModel(
+            [assistant_message([*calls], "toolUse"), assistant_message([text("ok")], "stop")]
+        )
+        pending = asyncio.ensure_future(
+            run_agent_loop(
+                model=model,
+                tools=ToolRegistry(),
+                context=user_run(),
+                on_event=observe,
+                execute_tool_call=executor,
+            )
+        )
+        try:
+            await all_started.passed("三个工具没有同时开始", pending)
+            for index in order:
+                gates[index].open()
+                assert (
+                    await arrival(ended.get(), f"c{index} 完成后没有立刻发出 tool_end", pending)
+                    == f"c{index}"
+                )
+            return await asyncio.wait_for(pending, HANG), events
+        finally:
+            pending.cancel()
+
+    result, events = asyncio.run(scenario())
+
+    assert [e.result.tool_call_id for e in events if isinstance(e, LoopToolEnd)] == [f"c{i}" for i in order]
+    assert [r.tool_call_id for r in tool_results(result.messages)] == ["c0", "c1", "c2"]
+    assert [r.tool_name for r in tool_results(result.messages)] == ["tool0", "tool1", "tool2"]
+
+
+# ## Lab 7.5 · cancellation and the step limit
+
+
+def forever_tool_use() -> list[AssistantMessage]:
+    """A script whose every turn asks for one more echo call (more turns than any limit used here)."""
+    return [assistant_message([call(f"loop-{n}", "echo", {"value": str(n)})], "toolUse") for n in range(40)]
+
+
+@pytest.mark.lab7_5
+def test_cancelled_before_the_first_request_asks_nothing_and_ends_once() -> None:
+    """开始前就已取消：不请求模型，steps 为 0，messages 只有输入，只有一个 aborted 终态吗？"""
     controller = AbortController()
     controller.abort()
-    scripted = assistant(echo_call())
-    provider = ScriptedProvider([scripted])
-    prompt = user("hi")
-    before = now_ms()
-    new = run_loop(
-        [prompt],
-        AgentContext("", [], ToolRegistry([make_echo(body)])),
-        provider,
-        signal=controller.signal,
-        events=events,
-    )
-    after = now_ms()
-    assert len(new) == 2 and new[0] is prompt
-    reply = new[1]
-    assert isinstance(reply, AssistantMessage) and reply is not scripted
-    assert (reply.content, reply.stop_reason, reply.error_message) == ([], "aborted", CANCELLED)
-    assert before <= reply.timestamp <= after
-    assert reply.to_dict()["errorMessage"] == CANCELLED
-    assert len(provider.requests) == 1 and provider.requests[0].messages == [prompt]
-    assert body.count == 0
-    assert events.types[-2:] == ["turn_end", "agent_end"]
+    initial = user_message("do not start")
+    model = ScriptedModel([assistant_message([text("unreachable")], "stop")])
+    events: list[LoopEvent] = []
+
+    result = run(model, ToolRegistry(), context_of(initial), events, signal=controller.signal)
+
+    assert result.reason == "aborted"
+    assert result.steps == 0
+    assert result.messages == [initial]
+    assert len(model.requests) == 0
+    assert_single_end(events, "aborted")
+    assert events == [LoopTurnEnd(reason="aborted")]
 
 
-@pytest.mark.lab7_2
-def test_an_abort_during_a_tool_cancels_later_calls_and_the_next_request_comes_back_aborted() -> None:
-    """After a tool presses stop: are later calls cancelled, is the provider still asked, and does its aborted reply end the run?"""
-    body, stopper, events = EchoBody(), EchoBody(), Events()
+@pytest.mark.lab7_5
+def test_cancelled_during_the_tools_keeps_the_paired_results_and_asks_no_more() -> None:
+    """工具执行中取消：等这批结束，保留配对结果，不再请求模型，以 aborted 结束吗？"""
     controller = AbortController()
-    registry = ToolRegistry([make_echo(body), aborting_tool(controller, stopper)])
-    calling = assistant(ToolCall(id="a", name="stop", arguments={"value": "halt"}), echo_call("b"))
-    provider = ScriptedProvider([calling, assistant(text("never used"))])
-    new = run_loop(
-        [user("hi")], AgentContext("", [], registry), provider, signal=controller.signal, events=events
+    seen: list[AbortSignal | None] = []
+
+    async def cancel_after(params: dict[str, Any], context: ToolContext) -> ToolOutput[None]:
+        seen.append(context.signal)
+        controller.abort()
+        return ToolOutput([text(params["value"])])
+
+    registry = ToolRegistry(
+        [
+            Tool(
+                "cancel-after",
+                "abort after producing evidence",
+                object_schema({"value": string_value}),
+                cancel_after,
+            )
+        ]
     )
-    assert (stopper.count, body.count) == (1, 0)
-    assert len(new) == 5
-    assert isinstance(new[3], ToolResultMessage)
-    assert stable_fields(new[3]) == failed_fields("b", "echo", CANCELLED)
-    # The loop does not look at the signal itself: the next turn asks, and the provider answers "aborted".
-    assert len(provider.requests) == 2
-    assert provider.requests[1].messages == new[:4]
-    last = new[4]
-    assert isinstance(last, AssistantMessage) and last.stop_reason == "aborted"
-    assert events.seen[-2:] == [AgentEvent("turn_end", message=last), AgentEvent("agent_end")]
-    assert (events.types.count("turn_start"), events.types.count("turn_end")) == (2, 2)
-    assert_pairing(new)
+    current = call("cancel-call", "cancel-after", {"value": "kept"})
+    model = ScriptedModel(
+        [assistant_message([current], "toolUse"), assistant_message([text("must not be requested")], "stop")]
+    )
+    events: list[LoopEvent] = []
+
+    result = run(model, registry, user_run(), events, signal=controller.signal)
+
+    assert seen == [controller.signal] and seen[0] is controller.signal
+    assert result.reason == "aborted"
+    assert result.steps == 1
+    assert len(model.requests) == 1
+    kept = [
+        {"id": r.tool_call_id, "name": r.tool_name, "text": r.content} for r in tool_results(result.messages)
+    ]
+    assert kept == [{"id": current.id, "name": current.name, "text": [text("kept")]}]
+    assert len(of_type(events, "tool_end")) == 1
+    assert_single_end(events, "aborted")
 
 
-@pytest.mark.lab7_2
-def test_a_script_that_runs_out_ends_the_run_on_an_error_reply() -> None:
-    """When the model keeps calling tools past its script, does the run end on the `没有更多脚本回复` error reply?"""
-    events = Events()
-    provider = ScriptedProvider([assistant(echo_call())])
-    new = run_loop([user("hi")], AgentContext("", [], ToolRegistry([make_echo()])), provider, events=events)
-    assert [message.role for message in new] == ["user", "assistant", "toolResult", "assistant"]
-    last = new[3]
-    assert isinstance(last, AssistantMessage)
-    assert (last.stop_reason, last.error_message) == ("error", NO_MORE_REPLIES)
-    assert len(provider.requests) == 2
-    assert events.seen[-2:] == [AgentEvent("turn_end", message=last), AgentEvent("agent_end")]
+@pytest.mark.lab7_5
+def test_max_steps_keeps_the_last_batch_and_ends_once_as_max_steps() -> None:
+    """max_steps=1：这一批结果保留，不发起第二次请求，以唯一的 maxSteps 终态结束吗？"""
+    registry, _ = echo_registry()
+    current = call("last-call", "echo", {"value": "kept"})
+    model = ScriptedModel(
+        [assistant_message([current], "toolUse"), assistant_message([text("must not be requested")], "stop")]
+    )
+    events: list[LoopEvent] = []
+
+    result = run(model, registry, user_run(), events, max_steps=1)
+
+    assert result.reason == "maxSteps"
+    assert result.steps == 1
+    assert len(model.requests) == 1
+    kept = [
+        {"id": r.tool_call_id, "name": r.tool_name, "content": r.content}
+        for r in tool_results(result.messages)
+    ]
+    assert kept == [{"id": current.id, "name": current.name, "content": [text("kept")]}]
+    assert roles(result.messages) == ["user", "assistant", "toolResult"]
+    assert_single_end(events, "maxSteps")
 
 
-@pytest.mark.lab7_2
-@pytest.mark.parametrize("raise_on", ["agent_start", "message_end", "tool_execution_end", "turn_end"])
-def test_an_exception_raised_by_emit_propagates(raise_on: str) -> None:
-    """Does an error raised by emit reach the caller of run_agent_loop, and stop the run where it was raised?"""
-    events = Events(raise_on)
-    provider = ScriptedProvider([assistant(echo_call()), assistant(text("Pi"))])
-    with pytest.raises(EmitFailed, match=f"emit failed on {raise_on}"):
-        run_loop([user("hi")], AgentContext("", [], ToolRegistry([make_echo()])), provider, events=events)
-    assert events.types.count(raise_on) == 1
-    assert "agent_end" not in events.types
-    if raise_on == "agent_start":
-        assert provider.requests == []
+@pytest.mark.lab7_5
+@pytest.mark.parametrize("limit", [2, 3, 5])
+def test_max_steps_bounds_the_number_of_model_requests(limit: int) -> None:
+    """max_steps 恰好是允许的模型请求次数吗？每一批结果都保留，steps 等于上限。"""
+    registry, echo = echo_registry()
+    model = ScriptedModel(forever_tool_use())
+
+    result = run(model, registry, user_run(), max_steps=limit)
+
+    assert (result.reason, result.steps, len(model.requests), echo.executions) == (
+        "maxSteps",
+        limit,
+        limit,
+        limit,
+    )
+    assert roles(result.messages) == ["user", *(["assistant", "toolResult"] * limit)]
 
 
-@pytest.mark.lab7_2
-def test_the_loop_works_without_emit() -> None:
-    """Called without emit, does the chapter run still return its 4 messages?"""
-    new, provider, _, _, _ = chapter_run(events=None)
-    assert len(new) == 4 and len(provider.requests) == 2
+@pytest.mark.lab7_5
+def test_the_default_step_limit_is_32_requests() -> None:
+    """不传 max_steps 时，上限是 32 次模型请求吗？"""
+    registry, _ = echo_registry()
+    model = ScriptedModel(forever_tool_use())
+
+    result = run(model, registry, user_run())
+
+    assert (result.reason, result.steps, len(model.requests)) == ("maxSteps", 32, 32)
+
+
+@pytest.mark.lab7_5
+def test_a_zero_step_limit_asks_nothing() -> None:
+    """max_steps=0 时一次也不请求，直接以 maxSteps 结束、steps 为 0 吗？"""
+    registry, _ = echo_registry()
+    model = ScriptedModel(forever_tool_use())
+    events: list[LoopEvent] = []
+
+    result = run(model, registry, user_run(), events, max_steps=0)
+
+    assert (result.reason, result.steps, len(model.requests)) == ("maxSteps", 0, 0)
+    assert events == [LoopTurnEnd(reason="maxSteps")]
+
+
+@pytest.mark.lab7_5
+def test_a_cancellation_on_the_last_allowed_step_ends_as_aborted() -> None:
+    """最后一步的工具里取消：以 aborted 而不是 maxSteps 结束吗？取消检查在上限之前。"""
+    controller = AbortController()
+
+    async def cancel(params: dict[str, Any], context: ToolContext) -> ToolOutput[None]:
+        controller.abort()
+        return ToolOutput([text("done")])
+
+    registry = ToolRegistry([Tool("cancel", "cancel", object_schema({}), cancel)])
+    model = ScriptedModel([assistant_message([call("k1", "cancel", {})], "toolUse")])
+    events: list[LoopEvent] = []
+
+    result = run(model, registry, user_run(), events, signal=controller.signal, max_steps=1)
+
+    assert (result.reason, result.steps) == ("aborted", 1)
+    assert_single_end(events, "aborted")
+
+
+@pytest.mark.lab7_5
+def test_a_cancellation_on_a_later_step_counts_the_completed_requests() -> None:
+    """第二轮工具里取消：steps 等于已完成的请求数 2，两批结果都在，不发第三次请求吗？"""
+    controller = AbortController()
+    executed: list[str] = []
+
+    async def executor(current: ToolCall, **_: object) -> ToolResultMessage:
+        executed.append(current.id)
+        if len(executed) == 2:
+            controller.abort()
+        return result_for(current, current.id)
+
+    model = ScriptedModel(forever_tool_use())
+    events: list[LoopEvent] = []
+
+    result = run(
+        model, ToolRegistry(), user_run(), events, signal=controller.signal, execute_tool_call=executor
+    )
+
+    assert (result.reason, result.steps, len(model.requests)) == ("aborted", 2, 2)
+    assert [r.tool_call_id for r in tool_results(result.messages)] == ["loop-0", "loop-1"]
+    assert_single_end(events, "aborted")

@@ -9,23 +9,26 @@ typing), and only the default executor is looked up lazily inside the kernel tha
 from __future__ import annotations
 
 import copy
-import html
 import importlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pi_course_kit.notebook.views import MONO, Table, compact, json_html, plain
+from markupsafe import Markup
+
+from pi_course_kit.core.markup import el, style
+from pi_course_kit.notebook.views import MONO, MUTED, Table, compact, json_html, plain
 
 STAGES = ("lookup", "parse", "execute", "result")
 OK, STOPPED, NOT_REACHED, RAISED, RETURNED = "ok", "stopped", "not reached", "raised", "returned"
 # What a learner reads for each status (course language; a gettext catalog can take these over).
 STATUS_TEXT = {OK: "通过", STOPPED: "停在这里", NOT_REACHED: "未到达", RAISED: "抛出异常", RETURNED: "已返回"}
-# (border, background) per kind of box; the legend is drawn from the same table.
+# (border, background) per kind of box; the legend is drawn from the same table. Text stays dark in
+# every box (a stage not reached is marked by its dashed border and italic, not by pale text).
 COLOURS = {
     "ok": ("#1a7f37", "#ffffff"),
     "stopped": ("#cf222e", "#ffebe9"),
-    "not reached": ("#d0d7de", "#f6f8fa"),
+    "not reached": ("#8c959f", "#f6f8fa"),
     "answered-error": ("#bf8700", "#fff8c5"),
 }
 LEGEND = {
@@ -302,71 +305,98 @@ class CallTrace:
             return "answered-error"
         return "ok"
 
-    def _box(self, row: Event, first: bool) -> str:
-        esc = html.escape
-        border, background = COLOURS[self._kind(row)]
-        colour = "#8c959f" if row.status == NOT_REACHED else "#1f2328"
-        parts = [f"<b>{esc(row.stage)}</b> <i>{esc(STATUS_TEXT[row.status])}</i>"]
+    def _box(self, row: Event, first: bool) -> Markup:
+        kind = self._kind(row)
+        border, background = COLOURS[kind]
+        reached = row.status != NOT_REACHED
+        parts: list[Markup] = [el("b", row.stage), Markup(" "), el("i", STATUS_TEXT[row.status])]
         if row.stage == "result" and row.status == RETURNED:
             call_id, name = self.expected_pairing
             pairing = f"{call_id}/{name} " + ("配对 ✓" if self.paired else "未配对 ✗")
             parts += [
-                f'<div>正文 <code style="{MONO}">{esc(self.content_text())}</code></div>',
-                f"<div>{esc(pairing)} · is_error={esc(compact(self.is_error()))}</div>",
+                el("div", "正文 ", el("code", self.content_text(), style=MONO)),
+                el("div", f"{pairing} · is_error={compact(self.is_error())}"),
                 json_html(self.result, "完整的 toolResult（wire JSON）", open_lines=0),
             ]
         else:
             parts += [
-                f"<div><span style='color:#57606a'>{label}</span> "
-                f'<code style="{MONO};white-space:pre-wrap;word-break:break-word">{esc(compact(value))}</code></div>'
+                el(
+                    "div",
+                    el("span", label, style=f"color:{MUTED}"),
+                    " ",
+                    el(
+                        "code",
+                        compact(value),
+                        style=style(MONO, "white-space:pre-wrap;word-break:break-word"),
+                    ),
+                )
                 for label, value in self._shown(row)
             ]
             if row.note:
                 # The dropped keys are the chapter's point: mark them, do not just mention them.
                 dropped = row.note.startswith("丢弃")
-                style = "color:#cf222e;font-weight:bold" if dropped else "color:#57606a"
-                parts.append(f"<div style='{style}'>{'✂ ' if dropped else ''}{esc(row.note)}</div>")
+                note_style = "color:#cf222e;font-weight:bold" if dropped else f"color:{MUTED}"
+                parts.append(el("div", "✂ " if dropped else "", row.note, style=note_style))
         if row.error:
-            parts.append(f"<div style='color:#cf222e'><b>{esc(row.error)}</b></div>")
-        arrow = "" if first else "<div style='text-align:center;color:#8c959f;line-height:1'>↓</div>"
-        return (
-            # A flex column: the box grows to the row's height, so boxes of one row end on one line.
-            f"<div style='display:flex;flex-direction:column'>{arrow}<div class='pi-trace-stage pi-trace-{row.status.replace(' ', '-')}' "
-            f"style='border:2px solid {border};background:{background};color:{colour};border-radius:6px;"
-            f"padding:4px 6px;flex:1;box-sizing:border-box'>{''.join(parts)}</div></div>"
+            parts.append(el("div", el("b", row.error), style="color:#cf222e"))
+        arrow = None if first else el("div", "↓", style=f"text-align:center;color:{MUTED};line-height:1")
+        box = el(
+            "div",
+            parts,
+            class_=f"pi-trace-stage pi-trace-{row.status.replace(' ', '-')}",
+            style=style(
+                f"border:2px {'solid' if reached else 'dashed'} {border};background:{background}",
+                "color:#1f2328" if reached else f"color:{MUTED};font-style:italic",
+                "border-radius:6px;padding:4px 6px;flex:1;box-sizing:border-box",
+            ),
         )
+        # A flex column: the box grows to the row's height, so boxes of one row end on one line.
+        return el("div", arrow, box, style="display:flex;flex-direction:column")
 
 
-def legend() -> str:
+def legend() -> Markup:
     """The colour legend, as part of every rendered trace."""
-    items = "".join(
-        f"<span style='display:inline-block;margin-right:12px'><span style='display:inline-block;width:12px;"
-        f"height:12px;border:2px solid {COLOURS[kind][0]};background:{COLOURS[kind][1]};border-radius:3px;"
-        f"vertical-align:middle'></span> {html.escape(text)}</span>"
+    items = [
+        el(
+            "span",
+            el(
+                "span",
+                style=f"display:inline-block;width:12px;height:12px;border:2px "
+                f"{'dashed' if kind == NOT_REACHED else 'solid'} {COLOURS[kind][0]};"
+                f"background:{COLOURS[kind][1]};border-radius:3px;vertical-align:middle",
+            ),
+            " ",
+            text,
+            style="display:inline-block;margin-right:12px",
+        )
         for kind, text in LEGEND.items()
-    )
-    return f"<div style='margin:2px 0 6px 0;color:#57606a'>{items}</div>"
+    ]
+    return el("div", items, style=f"margin:2px 0 6px 0;color:{MUTED}")
 
 
 def render_grid(traces: Sequence[CallTrace]) -> str:
     """Traces as the columns of one CSS grid: row N of every column is the N-th stage, so stages line up."""
-    esc = html.escape
     columns = [trace.rows() for trace in traces]
     depth = max(len(rows) for rows in columns)
     cells = [
-        f'<div><b>{esc(t.title)}</b><div><code style="{MONO};color:#57606a;word-break:break-word">'
-        f"{esc(compact(t.call))}</code></div></div>"
+        el(
+            "div",
+            el("b", t.title),
+            el("div", el("code", compact(t.call), style=style(MONO, f"color:{MUTED};word-break:break-word"))),
+        )
         for t in traces
     ]
     for index in range(depth):
         for trace, rows in zip(traces, columns, strict=True):
-            cells.append(trace._box(rows[index], index == 0) if index < len(rows) else "<div></div>")
-    cells += [f"<div>execute 运行次数：<b>{t.execute_count}</b></div>" for t in traces]
-    grid = (
-        f"<div style='display:grid;grid-template-columns:repeat({len(traces)},minmax(200px,1fr));"
-        f"column-gap:10px;row-gap:2px;align-items:stretch;max-width:{len(traces) * 480}px'>{''.join(cells)}</div>"
+            cells.append(trace._box(rows[index], index == 0) if index < len(rows) else el("div"))
+    cells += [el("div", "execute 运行次数：", el("b", t.execute_count)) for t in traces]
+    grid = el(
+        "div",
+        cells,
+        style=f"display:grid;grid-template-columns:repeat({len(traces)},minmax(200px,1fr));"
+        f"column-gap:10px;row-gap:2px;align-items:stretch;max-width:{len(traces) * 480}px",
     )
-    return f"<div style='font-size:12px;overflow-x:auto'>{legend()}{grid}</div>"
+    return str(el("div", legend(), grid, style="font-size:12px;overflow-x:auto"))
 
 
 @dataclass

@@ -117,13 +117,40 @@ def _text(blocks: object) -> str:
     return "".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "text")
 
 
-def to_openai_messages(system_prompt: str, messages: Sequence[object]) -> list[dict[str, Any]]:
-    """Chat Completions `messages`: system first, tool calls under `tool_calls`, one `tool` message per result."""
-    out: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+def system_prompt(messages: Sequence[object]) -> str:
+    """The prompt in force after replaying the transcript's system messages, as an adapter folds them.
+
+    Non-empty contents are appended; a named section replaces its namesake, and a section set to null
+    is deleted; the text is the contents, then the sections, joined by blank lines.
+    """
+    contents: list[str] = []
+    sections: dict[str, str] = {}
+    for message in messages:
+        data = plain(message)
+        if not isinstance(data, dict) or data.get("role") != "system":
+            continue
+        if data.get("content"):
+            contents.append(str(data["content"]))
+        for name, value in (data.get("sections") or {}).items():
+            if value is None:
+                sections.pop(name, None)
+            else:
+                sections[name] = str(value)
+    parts = ["\n\n".join(contents), *sections.values()]
+    return "\n\n".join(part for part in parts if part)
+
+
+def to_openai_messages(messages: Sequence[object]) -> list[dict[str, Any]]:
+    """Chat Completions `messages`: one folded system message first, tool calls under `tool_calls`, one
+    `tool` message per result."""
+    prompt = system_prompt(messages)
+    out: list[dict[str, Any]] = [{"role": "system", "content": prompt}] if prompt else []
     for message in messages:
         data = plain(message)
         assert isinstance(data, dict)
         role = data.get("role")
+        if role == "system":
+            continue  # folded into the one system message above
         if role == "assistant":
             calls = [
                 b for b in data.get("content", []) if isinstance(b, dict) and b.get("type") == "toolCall"
@@ -158,6 +185,8 @@ def to_anthropic_messages(messages: Sequence[object]) -> list[dict[str, Any]]:
         data = plain(message)
         assert isinstance(data, dict)
         role = data.get("role")
+        if role == "system":
+            continue  # the Messages API takes the system prompt as a top-level `system`, not a message
         if role == "assistant":
             blocks: list[dict[str, Any]] = []
             for block in data.get("content", []):
@@ -257,9 +286,9 @@ class WireView(ProviderPair):
     VERDICTS_FIRST = True
 
 
-def wire_view(system_prompt: str, messages: Sequence[object]) -> WireView:
-    """Translate a transcript for both providers and check each body's shape and tool pairing."""
-    openai = to_openai_messages(system_prompt, messages)
+def wire_view(messages: Sequence[object]) -> WireView:
+    """Translate a transcript (system messages included) for both providers; check shape and tool pairing."""
+    openai = to_openai_messages(messages)
     anthropic = to_anthropic_messages(messages)
     return WireView(
         openai=openai,

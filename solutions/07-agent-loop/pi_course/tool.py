@@ -128,7 +128,7 @@ class ObjectSchema:
         """Return a new dict holding exactly the declared fields, each checked."""
         # BEGIN LAB 6.1 object_schema.parse
         if not isinstance(value, dict):
-            raise ValidationError("必须是 object")
+            raise ValidationError("参数必须是 object")
         # Walk the shape, not the input: undeclared keys never reach the tool.
         return {name: check(value.get(name)) for name, check in self.shape.items()}
         # END LAB 6.1
