@@ -1,4 +1,4 @@
-"""`pi-course build-labs`: one source (the solution) regenerates every starter; --check writes nothing."""
+"""`pi-course build-labs` on copies of the fixture course: one source (the solution) regenerates every starter."""
 
 from __future__ import annotations
 
@@ -6,14 +6,15 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import FX
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
 
-REPO_PARTS = ("course.toml", "labs", "solutions", "tests/focused", "notebooks")
+REPO_PARTS = ("course.toml", "labs", "solutions", "tests/focused", "notebooks", "docs")
 
 
 def copy_repo(course: Course, dest: Path) -> Path:
-    """Copy the parts of the repository that the instructor commands read."""
+    """Copy the parts of a course checkout that the instructor commands read."""
     for part in REPO_PARTS:
         source = course.root / part
         if source.is_dir():
@@ -41,27 +42,17 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     }
 
 
-def test_check_passes_on_the_repository(capsys: pytest.CaptureFixture[str]) -> None:
-    """Is every starter in the repository exactly what build-labs generates (else: the fixing command)?"""
-    code = cli.main(["build-labs", "--check"])
-    out = capsys.readouterr().out
-    assert code == 0, out  # the output lists the stale files and says to run `pi-course build-labs`
-    assert "in sync" in out
-
-
 def test_check_lists_a_hand_edited_starter_and_changes_nothing(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Does --check exit 1 naming a hand-edited starter file and the fixing command, without writing?"""
     repo = copy_repo(course, tmp_path / "repo")
-    starter_tool = repo / checkpoint.starter / "pi_course/tool.py"
-    starter_tool.write_text(
-        starter_tool.read_text(encoding="utf-8") + "\n# edited by hand\n", encoding="utf-8"
-    )
+    counter = repo / checkpoint.starter / "fx_course/counter.py"
+    counter.write_text(counter.read_text(encoding="utf-8") + "\n# edited by hand\n", encoding="utf-8")
     before = snapshot(repo)
     assert cli.main(["build-labs", "--check", "--root", str(repo)]) == 1
     out = capsys.readouterr().out
-    assert f"{checkpoint.starter}/pi_course/tool.py" in out
+    assert f"{checkpoint.starter}/fx_course/counter.py" in out
     assert "pi-course build-labs" in out
     assert snapshot(repo) == before
 
@@ -69,16 +60,16 @@ def test_check_lists_a_hand_edited_starter_and_changes_nothing(
 def test_build_round_trip_restores_the_generated_starter(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """After a hand edit, an extra file and a deleted parent file, does build-labs restore the exact starter?"""
+    """After a hand edit, an extra file and a deleted given file, does build-labs restore the exact starter?"""
     repo = copy_repo(course, tmp_path / "repo")
     starter = repo / checkpoint.starter
     pristine = snapshot(starter)
-    (starter / "pi_course/tool.py").write_text("broken = True\n", encoding="utf-8")
-    (starter / "pi_course/extra.py").write_text("x = 1\n", encoding="utf-8")
+    (starter / "fx_course/counter.py").write_text("broken = True\n", encoding="utf-8")
+    (starter / "fx_course/extra.py").write_text("x = 1\n", encoding="utf-8")
     (starter / checkpoint.given_files[0]).unlink()
     assert cli.main(["build-labs", "--root", str(repo)]) == 0
     out = capsys.readouterr().out
-    assert "pi_course/tool.py" in out and "pi_course/extra.py" in out
+    assert "fx_course/counter.py" in out and "fx_course/extra.py" in out
     assert snapshot(starter) == pristine
     assert cli.main(["build-labs", "--check", "--root", str(repo)]) == 0
 
@@ -88,19 +79,29 @@ def test_build_carries_a_solution_edit_into_the_starter(
 ) -> None:
     """Does a docstring edited in the solution reach the starter while the marked body stays a stub?"""
     repo = copy_repo(course, tmp_path / "repo")
-    solution_tool = repo / checkpoint.solution / "pi_course/tool.py"
-    source = solution_tool.read_text(encoding="utf-8")
-    old = '"""Accept a str and return it unchanged."""'
+    solution = repo / checkpoint.solution / "fx_course/counter.py"
+    source = solution.read_text(encoding="utf-8")
+    old = '"""Count one more and return the new count."""'
     assert source.count(old) == 1
-    solution_tool.write_text(
-        source.replace(old, '"""Accept a str (edited) and return it."""'), encoding="utf-8"
-    )
+    solution.write_text(source.replace(old, '"""Count one more (edited)."""'), encoding="utf-8")
     assert cli.main(["build-labs", "--check", "--root", str(repo)]) == 1
     assert cli.main(["build-labs", "--root", str(repo)]) == 0
-    starter = (repo / checkpoint.starter / "pi_course/tool.py").read_text(encoding="utf-8")
-    assert '"""Accept a str (edited) and return it."""' in starter
-    assert 'raise LabNotImplemented("6.1", "string_value")' in starter
-    assert 'raise ValidationError("必须是 string")' not in starter.split("def optional_string")[0]
+    starter = (repo / checkpoint.starter / "fx_course/counter.py").read_text(encoding="utf-8")
+    assert '"""Count one more (edited)."""' in starter
+    assert 'raise LabNotImplemented("1.1", "Counter.add")' in starter
+    assert "self.count += 1" not in starter
+
+
+def test_build_carries_a_parents_edit_into_the_childs_solution_and_starter(
+    course: Course, child: Checkpoint, tmp_path: Path
+) -> None:
+    """Does an edit to a1's solution counter.py reach a2's solution and starter (an inherited file)?"""
+    repo = copy_repo(course, tmp_path / "repo")
+    parent = repo / "solutions/a1-counter/fx_course/counter.py"
+    parent.write_text(parent.read_text(encoding="utf-8") + "\n# shared edit\n", encoding="utf-8")
+    assert cli.main(["build-labs", "--root", str(repo)]) == 0
+    for tree in (child.solution, child.starter):
+        assert (repo / tree / "fx_course/counter.py").read_bytes() == parent.read_bytes(), tree
 
 
 def test_malformed_marker_is_a_one_line_error_and_writes_nothing(
@@ -108,14 +109,14 @@ def test_malformed_marker_is_a_one_line_error_and_writes_nothing(
 ) -> None:
     """Does an unclosed lab region give exit 2, one line naming file and fix, and leave the starter alone?"""
     repo = copy_repo(course, tmp_path / "repo")
-    solution_tool = repo / checkpoint.solution / "pi_course/tool.py"
-    source = solution_tool.read_text(encoding="utf-8")
-    solution_tool.write_text(source.replace("    # END LAB 6.2\n", "", 1), encoding="utf-8")
+    solution = repo / checkpoint.solution / "fx_course/counter.py"
+    source = solution.read_text(encoding="utf-8")
+    solution.write_text(source.replace("        # END LAB 1.2\n", "", 1), encoding="utf-8")
     before = snapshot(repo / checkpoint.starter)
     assert cli.main(["build-labs", "--root", str(repo)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "tool.py" in err and "END LAB" in err
+    assert "counter.py" in err and "END LAB" in err
     assert snapshot(repo / checkpoint.starter) == before
 
 
@@ -123,7 +124,7 @@ def test_unknown_checkpoint_and_missing_root_are_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Are an unknown checkpoint and a --root that does not exist refused with exit 2?"""
-    assert cli.main(["build-labs", "99", "--check"]) == 2
-    assert "unknown checkpoint '99'" in capsys.readouterr().err
+    assert cli.main(["build-labs", "99", "--check", *FX]) == 2
+    assert "unknown checkpoint '99'; known checkpoints: a1, a2" in capsys.readouterr().err
     assert cli.main(["build-labs", "--root", str(tmp_path / "nowhere")]) == 2
     assert "--course" in capsys.readouterr().err

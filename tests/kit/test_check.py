@@ -1,4 +1,4 @@
-"""`pi-course check`: the per-lab table, the next step, --lab, and --watch re-running on save."""
+"""`pi-course check` in fixture-course folders: the per-lab table, the next step, --lab, and --watch re-running on save."""
 
 from __future__ import annotations
 
@@ -31,18 +31,18 @@ def solved_folder(course: Course, checkpoint: Checkpoint, tmp_path_factory: pyte
 
 
 def test_check_from_a_subfolder_shows_the_blocker_and_where_to_edit(starter_folder: Path) -> None:
-    """From pi_course/ with 6.1 unsolved, does `check --lab 6.2` show 6.2 blocked and send the learner to 6.1?"""
-    done = run_cli(["check", "--lab", "6.2"], cwd=starter_folder / "pi_course")
+    """From fx_course/ with 1.1 unsolved, does `check --lab 1.2` show 1.2 blocked and send the learner to 1.1?"""
+    done = run_cli(["check", "--lab", "1.2"], cwd=starter_folder / "fx_course")
     assert done.returncode == 1
     out = done.stdout
-    row = next(line for line in out.splitlines() if line.startswith("6.2 "))
-    assert "blocked by 6.1" in row and "0/" in row
-    # 6.2's tests stop on 6.1's stub, so the next step is the blocker's red, not 6.2's.
-    assert "next: Lab 6.1 (failing) — Lab 6.1 not implemented: object_schema" in out
-    assert "edit: pi_course/tool.py:" in out
-    assert "run:  python -m pytest -m lab6_1   (or: pi-course check --lab 6.1)" in out
-    assert "stuck? pi-course hint 6.1" in out
-    assert not any(line.startswith(("6.1 ", "6.3 ")) for line in out.splitlines())  # --lab selects one lab
+    row = next(line for line in out.splitlines() if line.startswith("1.2 "))
+    assert "blocked by 1.1" in row and "0/2" in row
+    # One of 1.2's tests stops on 1.1's stub, so the next step is the blocker's red, not 1.2's.
+    assert "next: Lab 1.1 (failing) — Lab 1.1 not implemented: Counter.add" in out
+    assert "edit: fx_course/counter.py:" in out and "(Counter.add)" in out
+    assert "run:  python -m pytest -m lab1_1   (or: pi-course check --lab 1.1)" in out
+    assert "stuck? pi-course hint 1.1" in out
+    assert not any(line.startswith(("1.1 ", "extra1 ")) for line in out.splitlines())  # --lab selects one
 
 
 def test_check_shows_every_lab_done_on_the_solution(solved_folder: Path, checkpoint: Checkpoint) -> None:
@@ -53,8 +53,8 @@ def test_check_shows_every_lab_done_on_the_solution(solved_folder: Path, checkpo
     for lab in checkpoint.required_labs:
         assert "done" in rows[lab.id]
     optional = [lab for lab in checkpoint.labs if lab.optional]
-    assert optional, "checkpoint 06 has its optional transfer exercise"
-    # solve() copies the teaching files, not the transfer exercise's new file: it is suggested, not done.
+    assert optional, "checkpoint a1 has its optional exercise"
+    # solve() copies the teaching files, not the optional exercise's new file: it is suggested, not done.
     assert "not started (optional)" in rows[optional[0].id]
     assert "every required lab is done; if you like, try the optional exercise:" in done.stdout
     assert f"optional: Lab {optional[0].id} (not started) — " in done.stdout
@@ -76,7 +76,7 @@ def test_check_refuses_an_unknown_lab(starter_folder: Path) -> None:
     """Does `check --lab 9.9` exit 2 and list the labs of the checkpoint?"""
     done = run_cli(["check", "--lab", "9.9"], cwd=starter_folder)
     assert done.returncode == 2
-    assert "known labs: 6.1, 6.2, 6.3" in done.stderr
+    assert "known labs: 1.1, 1.2, extra1" in done.stderr
 
 
 # -- watch mode ---------------------------------------------------------------------------------
@@ -88,7 +88,7 @@ class Watcher:
     def __init__(self, folder: Path, extra: list[str]) -> None:
         env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
         self.process = subprocess.Popen(
-            [*CLI, "check", "--watch", "--lab", "6.2", *extra],
+            [*CLI, "check", "--watch", "--lab", "1.2", *extra],
             cwd=folder,
             env=env,
             stdout=subprocess.PIPE,
@@ -122,18 +122,20 @@ class Watcher:
 def test_watch_reruns_after_a_save_and_stops_on_terminate(
     mode: list[str], course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Does `check --watch` run once, run again after tool.py is saved, and end cleanly on SIGTERM?"""
+    """Does `check --watch` run once, run again after counter.py is saved, and end cleanly on SIGTERM?"""
     folder = make_folder(course, checkpoint, tmp_path / "watched")
     watcher = Watcher(folder, mode)
     try:
         watcher.wait_for("── run 1")
         watcher.wait_for("watching ")
-        tool = folder / "pi_course" / "tool.py"
+        counter = folder / "fx_course" / "counter.py"
         time.sleep(0.2)  # let the watcher settle before the save
-        tool.write_text(tool.read_text(encoding="utf-8") + "\n# saved by the learner\n", encoding="utf-8")
+        counter.write_text(
+            counter.read_text(encoding="utf-8") + "\n# saved by the learner\n", encoding="utf-8"
+        )
         second = watcher.wait_for("── run 2")
-        assert "changed: pi_course/tool.py" in second
-        watcher.wait_for("next: Lab 6.1 (failing) — Lab 6.1 not implemented")
+        assert "changed: fx_course/counter.py" in second
+        watcher.wait_for("next: Lab 1.1 (failing) — Lab 1.1 not implemented")
         watcher.wait_for("watching ")
         watcher.process.terminate()
         watcher.wait_for("stopped watching", timeout=20)
@@ -173,11 +175,11 @@ def test_poll_changes_reports_edits_additions_and_deletions(tmp_path: Path) -> N
 def test_relevant_keeps_sources_and_drops_caches_and_metadata(tmp_path: Path) -> None:
     """Does the event filter react to .py/.ini saves only, outside caches and .pi-course?"""
     root = tmp_path.resolve()
-    assert watch.relevant(str(root / "pi_course" / "tool.py"), root)
+    assert watch.relevant(str(root / "fx_course" / "counter.py"), root)
     assert watch.relevant(str(root / "pytest.ini"), root)
     assert not watch.relevant(str(root / ".pi-course" / "meta.json"), root)
-    assert not watch.relevant(str(root / "pi_course" / "__pycache__" / "tool.cpython-311.py"), root)
-    assert not watch.relevant(str(root / "pi_course" / ".tool.py.swp"), root)
+    assert not watch.relevant(str(root / "fx_course" / "__pycache__" / "counter.cpython-311.py"), root)
+    assert not watch.relevant(str(root / "fx_course" / ".counter.py.swp"), root)
     assert not watch.relevant("/elsewhere/tool.py", root)
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIRST_RED_06
+from conftest import FX, REPO
 from learner_support import snapshot
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
@@ -57,10 +57,10 @@ def test_count_tests_counts_functions_per_marker() -> None:
 
 @pytest.fixture(scope="module")
 def card_run(course: Course, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """`scripts/checkpoint 06 DIR` run once with no site-packages (standard library only)."""
+    """`scripts/checkpoint a1 DIR --course FIXTURE` run once with no site-packages (standard library only)."""
     dest = tmp_path_factory.mktemp("cp") / "copies"
     done = subprocess.run(
-        [sys.executable, "-S", str(course.root / "scripts" / "checkpoint"), "06", str(dest)],
+        [sys.executable, "-S", str(REPO / "scripts" / "checkpoint"), "a1", str(dest), *FX],
         capture_output=True,
         text=True,
         timeout=60,
@@ -85,15 +85,15 @@ def test_card_shows_trees_files_counts_and_first_red(
         ), lab.id
     assert all(counts[lab.id] > 0 for lab in checkpoint.labs)
     assert f"first red:         {checkpoint.first_red_prefix} …" in out
-    assert f"cd {dest / 'parent'} && python -m pytest -m lab6_1 -x" in out
+    assert f"cd {dest / 'parent'} && python -m pytest -m lab1_1 -x" in out
 
 
 def test_parent_copy_is_red_on_the_first_lab(card_run: tuple[Path, str], checkpoint: Checkpoint) -> None:
     """Does `python -m pytest` in parent/ fail, first on the manifest's first red?"""
     dest, _ = card_run
-    result = run_tests(dest / "parent", ["-m", "lab6_1", "-x"], timeout=120)
+    result = run_tests(dest / "parent", ["-m", checkpoint.first_lab.marker, "-x"], timeout=120)
     assert result.returncode == 1
-    assert result.tests[0]["message"] == FIRST_RED_06
+    assert result.tests[0]["message"] == "Lab 1.1 not implemented: Counter.add"
 
 
 def test_target_copy_is_green(card_run: tuple[Path, str]) -> None:
@@ -106,7 +106,7 @@ def test_target_copy_is_green(card_run: tuple[Path, str]) -> None:
 
 def test_listing_without_arguments(course: Course, capsys: pytest.CaptureFixture[str]) -> None:
     """Without a checkpoint, does the command list every checkpoint with its slug?"""
-    assert cli.main(["checkpoint"]) == 0
+    assert cli.main(["checkpoint", *FX]) == 0
     out = capsys.readouterr().out
     for cp in course.checkpoints:
         assert cp.id in out and cp.slug in out
@@ -117,16 +117,16 @@ def test_a_second_run_is_refused_then_replace_refreshes(
 ) -> None:
     """Is an existing copy refused untouched, and does --replace swap in fresh copies with no leftovers?"""
     dest = tmp_path / "copies"
-    assert cli.main(["checkpoint", "06", str(dest)]) == 0
-    (dest / "parent" / "pi_course" / "tool.py").write_text("edited\n", encoding="utf-8")
+    assert cli.main(["checkpoint", "a1", str(dest), *FX]) == 0
+    (dest / "parent" / "fx_course" / "counter.py").write_text("edited\n", encoding="utf-8")
     before = snapshot(dest)
     capsys.readouterr()
-    assert cli.main(["checkpoint", "06", str(dest)]) == 2
+    assert cli.main(["checkpoint", "a1", str(dest), *FX]) == 2
     assert "--replace" in capsys.readouterr().err
     assert snapshot(dest) == before
-    assert cli.main(["checkpoint", "06", str(dest), "--replace"]) == 0
-    fresh = (dest / "parent" / "pi_course" / "tool.py").read_bytes()
-    assert fresh == (course.root / "labs" / "06-tool-contract" / "pi_course" / "tool.py").read_bytes()
+    assert cli.main(["checkpoint", "a1", str(dest), "--replace", *FX]) == 0
+    fresh = (dest / "parent" / "fx_course" / "counter.py").read_bytes()
+    assert fresh == (course.root / "labs" / "a1-counter" / "fx_course" / "counter.py").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copies"]
 
 
@@ -138,7 +138,7 @@ def test_replace_never_touches_a_folder_it_did_not_make(
     dest.mkdir()
     (dest / "work.py").write_text("x = 1\n", encoding="utf-8")
     before = snapshot(tmp_path)
-    assert cli.main(["checkpoint", "06", str(dest), "--replace"]) == 2
+    assert cli.main(["checkpoint", "a1", str(dest), "--replace", *FX]) == 2
     assert "not made by" in capsys.readouterr().err
     assert snapshot(tmp_path) == before and [p.name for p in tmp_path.iterdir()] == ["mine"]
 
@@ -150,7 +150,7 @@ def test_refuses_inside_labs_or_solutions(
     """Does checkpoint refuse a DIR inside labs/ or solutions/ with exit 2 and nothing touched?"""
     root = course.root / tree
     before = snapshot(root)
-    assert cli.main(["checkpoint", "06", str(root / checkpoint.slug / "copies")]) == 2
+    assert cli.main(["checkpoint", "a1", str(root / checkpoint.slug / "copies"), *FX]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
     assert snapshot(root) == before
 
@@ -158,7 +158,7 @@ def test_refuses_inside_labs_or_solutions(
 def test_refuses_a_non_empty_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Does checkpoint refuse a non-empty DIR with one line and exit 2?"""
     (tmp_path / "keep.txt").write_text("keep", encoding="utf-8")
-    assert cli.main(["checkpoint", "06", str(tmp_path)]) == 2
+    assert cli.main(["checkpoint", "a1", str(tmp_path), *FX]) == 2
     err = capsys.readouterr().err.strip()
     assert "not empty" in err and len(err.splitlines()) == 1
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
@@ -166,15 +166,15 @@ def test_refuses_a_non_empty_folder(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_refuses_an_unknown_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Does an unknown checkpoint exit 2, list the known ones and create nothing?"""
-    assert cli.main(["checkpoint", "99", str(tmp_path / "c")]) == 2
-    assert "known checkpoints: 06" in capsys.readouterr().err
+    assert cli.main(["checkpoint", "99", str(tmp_path / "c"), *FX]) == 2
+    assert "known checkpoints: a1, a2" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
 
 def test_default_folder_is_git_ignored(course: Course, checkpoint: Checkpoint) -> None:
-    """Is the default destination (.checkpoints/SLUG) ignored by git, so copies never get committed?"""
-    default = Path(checkpoint_cmd.DEFAULT_BASE) / checkpoint.slug / "parent" / "pi_course" / "tool.py"
+    """Is the default destination (.checkpoints/SLUG) ignored by the kit's git, so copies never get committed?"""
+    default = Path(checkpoint_cmd.DEFAULT_BASE) / checkpoint.slug / "parent" / course.package / "counter.py"
     done = subprocess.run(
-        ["git", "check-ignore", "-q", str(default)], cwd=course.root, capture_output=True, text=True
+        ["git", "check-ignore", "-q", str(default)], cwd=REPO, capture_output=True, text=True
     )
     assert done.returncode == 0

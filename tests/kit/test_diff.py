@@ -1,4 +1,4 @@
-"""`pi-course diff 06 [DIR]`: the teaching files against the solution, in full or as --stat, coloured on a tty."""
+"""`pi-course diff a1 [DIR]` on the fixture course: teaching files against the solution, in full or --stat."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FX
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.learner import practice
@@ -21,12 +22,12 @@ def test_default_diff_is_starter_against_solution(
     checkpoint: Checkpoint, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Does the default diff show the starter's stubs replaced by the solution's bodies, without lab markers?"""
-    assert cli.main(["diff", "06"]) == 0
+    assert cli.main(["diff", "a1", *FX]) == 0
     out = capsys.readouterr().out
-    assert f"--- {checkpoint.starter}/pi_course/tool.py" in out
-    assert f"+++ {checkpoint.solution}/pi_course/tool.py" in out
-    assert '-    raise LabNotImplemented("6.1", "string_value")' in out
-    assert '+        raise ValidationError("必须是 string")' in out
+    assert f"--- {checkpoint.starter}/fx_course/counter.py" in out
+    assert f"+++ {checkpoint.solution}/fx_course/counter.py" in out
+    assert '-        raise LabNotImplemented("1.1", "Counter.add")' in out
+    assert "+        self.count += 1" in out
     assert "BEGIN LAB" not in out and "END LAB" not in out
     assert ESC not in out  # captured output is not a terminal
 
@@ -34,42 +35,44 @@ def test_default_diff_is_starter_against_solution(
 def test_practice_folder_diff_shows_only_what_the_learner_still_lacks(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Does diffing a practice folder name that folder and go quiet once its tool.py is the solution's?"""
+    """Does diffing a practice folder name that folder and go quiet once its counter.py is the solution's?"""
     folder = practice.create(course, checkpoint, tmp_path / "alice")
-    assert cli.main(["diff", "06", str(folder)]) == 0
+    assert cli.main(["diff", "a1", str(folder), *FX]) == 0
     out = capsys.readouterr().out
-    assert f"--- {folder}/pi_course/tool.py" in out
-    assert '-    raise LabNotImplemented("6.3", "execute_tool_call")' in out
-    shutil.copyfile(course.root / checkpoint.solution / "pi_course/tool.py", folder / "pi_course/tool.py")
-    assert cli.main(["diff", "06", str(folder)]) == 0
+    assert f"--- {folder}/fx_course/counter.py" in out
+    assert '-        raise LabNotImplemented("1.2", "Counter.reset")' in out
+    shutil.copyfile(
+        course.root / checkpoint.solution / "fx_course/counter.py", folder / "fx_course/counter.py"
+    )
+    assert cli.main(["diff", "a1", str(folder), *FX]) == 0
     assert "no differences" in capsys.readouterr().out
 
 
-def test_stat_summarises_changed_lines(checkpoint: Checkpoint, capsys: pytest.CaptureFixture[str]) -> None:
+def test_stat_summarises_changed_lines(capsys: pytest.CaptureFixture[str]) -> None:
     """Does --stat give one line per teaching file and a total that matches the full diff?"""
-    assert cli.main(["diff", "06"]) == 0
+    assert cli.main(["diff", "a1", *FX]) == 0
     full = capsys.readouterr().out.splitlines()
     added = sum(1 for line in full if line.startswith("+") and not line.startswith("+++"))
     removed = sum(1 for line in full if line.startswith("-") and not line.startswith("---"))
-    assert cli.main(["diff", "06", "--stat"]) == 0
+    assert cli.main(["diff", "a1", "--stat", *FX]) == 0
     out = capsys.readouterr().out
-    assert " pi_course/tool.py | " in out
+    assert " fx_course/counter.py | " in out
     assert f"1 file(s) changed, {added} insertion(s)(+), {removed} deletion(s)(-)" in out
 
 
 def test_color_always_and_never(capsys: pytest.CaptureFixture[str]) -> None:
     """Does --color always colour even into a pipe, and --color never never colour?"""
-    assert cli.main(["diff", "06", "--color", "always"]) == 0
+    assert cli.main(["diff", "a1", "--color", "always", *FX]) == 0
     assert f"{ESC}32m+" in capsys.readouterr().out
-    assert cli.main(["diff", "06", "--stat", "--color", "never"]) == 0
+    assert cli.main(["diff", "a1", "--stat", "--color", "never", *FX]) == 0
     assert ESC not in capsys.readouterr().out
 
 
 def test_color_auto_colours_only_on_a_terminal() -> None:
     """With --color auto, is the output coloured on a pseudo-terminal but plain into a pipe?"""
-    command = [sys.executable, "-m", "pi_course_kit.cli", "diff", "06", "--stat"]
+    command = [sys.executable, "-m", "pi_course_kit.cli", "diff", "a1", "--stat", *FX]
     piped = subprocess.run(command, capture_output=True, text=True, check=True)
-    assert ESC not in piped.stdout and "pi_course/tool.py" in piped.stdout
+    assert ESC not in piped.stdout and "fx_course/counter.py" in piped.stdout
     leader, follower = pty.openpty()
     try:
         done = subprocess.run(command, stdout=follower, stderr=subprocess.DEVNULL, check=True, timeout=60)
@@ -89,10 +92,11 @@ def test_color_auto_colours_only_on_a_terminal() -> None:
     assert ESC.encode() in b"".join(chunks)
 
 
-def test_a_folder_without_pi_course_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Is a folder that holds no pi_course refused with exit 2 and a one-line hint?"""
-    assert cli.main(["diff", "06", str(tmp_path)]) == 2
+def test_a_folder_without_the_package_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Is a folder that holds no fx_course/ refused with exit 2 and a one-line hint naming the package?"""
+    (tmp_path / "pi_course").mkdir()  # the real course's package is not the fixture's
+    assert cli.main(["diff", "a1", str(tmp_path), *FX]) == 2
     err = capsys.readouterr().err.strip()
-    assert "not a practice folder" in err and len(err.splitlines()) == 1
-    assert cli.main(["diff", "06", str(tmp_path / "missing")]) == 2
+    assert "not a practice folder" in err and "fx_course/" in err and len(err.splitlines()) == 1
+    assert cli.main(["diff", "a1", str(tmp_path / "missing"), *FX]) == 2
     assert "no such folder" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """The engine on a small course of its own (like rustlings' test course): two checkpoints, a2's parent a1.
 
-Nothing in the engine names these checkpoints, so everything here also proves that adding a
-checkpoint needs no engine change.
+Nothing in the engine names these checkpoints or the package `fx_course`, so everything here (and every
+engine test that runs on this course) also proves that adding a checkpoint needs no engine change.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURE
 from learner_support import CLI, run_cli
 
-FIXTURE = Path(__file__).with_name("fixture_course")
 ENGINE = Path(__file__).resolve().parents[2] / "scripts" / "pi_course_kit"
 #: What a checkpoint fact of the real course looks like in code: an id, a lab id, a marker.
 CHAPTER_FACT = re.compile(r"\b0[67]\b|\blab[67]_\d|\b[67]\.\d\b|transfer6")
@@ -40,13 +40,13 @@ def test_build_labs_writes_every_starter_of_a_fresh_course(course_copy: Path) ->
     shutil.rmtree(course_copy / "labs")
     course_copy.joinpath("labs").mkdir()
     assert run_cli(["build-labs", "--course", str(course_copy)], course_copy).returncode == 0
-    counter = (course_copy / "labs/a1-counter/pi_course/counter.py").read_text(encoding="utf-8")
+    counter = (course_copy / "labs/a1-counter/fx_course/counter.py").read_text(encoding="utf-8")
     assert 'raise LabNotImplemented("1.1", "Counter.add")' in counter
     assert 'raise LabNotImplemented("1.2", "Counter.reset")' in counter
-    pair = (course_copy / "labs/a2-pair/pi_course/pair.py").read_text(encoding="utf-8")
+    pair = (course_copy / "labs/a2-pair/fx_course/pair.py").read_text(encoding="utf-8")
     assert 'raise LabNotImplemented("2.2", "Pair.total")' in pair
-    inherited = (course_copy / "labs/a2-pair/pi_course/counter.py").read_bytes()
-    assert inherited == (course_copy / "solutions/a1-counter/pi_course/counter.py").read_bytes()
+    inherited = (course_copy / "labs/a2-pair/fx_course/counter.py").read_bytes()
+    assert inherited == (course_copy / "solutions/a1-counter/fx_course/counter.py").read_bytes()
 
 
 def test_verify_passes_on_the_fixture_course(course_copy: Path) -> None:
@@ -65,12 +65,12 @@ def test_verify_passes_on_the_fixture_course(course_copy: Path) -> None:
 
 def test_verify_fails_when_an_inherited_file_drifts_from_the_parent(course_copy: Path) -> None:
     """When a2's copy of counter.py differs from a1's solution, does verify name the file and the fix?"""
-    drifted = course_copy / "solutions/a2-pair/pi_course/counter.py"
+    drifted = course_copy / "solutions/a2-pair/fx_course/counter.py"
     drifted.write_text(drifted.read_text(encoding="utf-8") + "\n# drift\n", encoding="utf-8")
     done = run_cli(["verify", "--course", str(course_copy), "--check", "parents"], course_copy)
     assert done.returncode == 1
     assert "FAIL a2 inherited files equal the parent's solution" in done.stdout
-    assert "solutions/a2-pair/pi_course/counter.py differs from the parent's" in done.stdout
+    assert "solutions/a2-pair/fx_course/counter.py differs from the parent's" in done.stdout
 
 
 def test_a_child_listed_before_its_parent_is_refused(course_copy: Path) -> None:
@@ -158,11 +158,11 @@ def test_practice_from_the_learners_own_parent_folder(tmp_path: Path, course_cop
     )
     refused = run_cli(["practice", "a2", "a2", "--from", "a1", "--course", str(course_copy)], tmp_path)
     assert refused.returncode == 2 and "Lab 1.1" in refused.stderr and "Lab 1.2" in refused.stderr
-    solved = (course_copy / "solutions/a1-counter/pi_course/counter.py").read_text(encoding="utf-8")
-    (tmp_path / "a1/pi_course/counter.py").write_text(solved + "# mine\n", encoding="utf-8")
+    solved = (course_copy / "solutions/a1-counter/fx_course/counter.py").read_text(encoding="utf-8")
+    (tmp_path / "a1/fx_course/counter.py").write_text(solved + "# mine\n", encoding="utf-8")
     made = run_cli(["practice", "a2", "a2", "--from", "a1", "--course", str(course_copy)], tmp_path)
     assert made.returncode == 0, made.stderr
-    assert (tmp_path / "a2/pi_course/counter.py").read_text(encoding="utf-8").endswith("# mine\n")
+    assert (tmp_path / "a2/fx_course/counter.py").read_text(encoding="utf-8").endswith("# mine\n")
 
 
 def _string_constants(source: str) -> list[tuple[int, str]]:
@@ -192,3 +192,8 @@ def test_the_engine_holds_no_chapter_facts() -> None:
         if CHAPTER_FACT.search(text) and "e.g." not in text and "0.7.0" not in text
     ]
     assert found == []
+
+
+def test_the_kit_process_never_imports_a_course_package() -> None:
+    """Has this interpreter stayed clear of every course tree, real or fixture (each ran in its own subprocess)?"""
+    assert "pi_course" not in sys.modules and "fx_course" not in sys.modules

@@ -1,4 +1,4 @@
-"""Grading outputs for the five-folder class: points, feedback per learner, JUnit, CSV and the class report."""
+"""Grading outputs for the five-folder class (fixture course): points, feedback, JUnit, CSV and the class report."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FX
 from grade_class import MISTAKE, make_class
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
@@ -17,8 +18,6 @@ from pi_course_kit.instructor.grade.feedback import file_name
 from pi_course_kit.instructor.grade.grader import LabScore, LearnerRecord
 from pi_course_kit.instructor.grade.points import lab_points, points_of
 from pi_course_kit.instructor.grade.questions import question
-
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +55,7 @@ def grade_class(course: Course, checkpoint: Checkpoint, root: Path) -> dict[str,
             "--jobs",
             "2",
             "--quiet",
+            *FX,
         ]
     )
     lines = (out / "grades.jsonl").read_text(encoding="utf-8").splitlines()
@@ -71,24 +71,26 @@ def out(graded: dict[str, Any]) -> Path:
 
 def csv_rows(graded: dict[str, Any]) -> dict[str, dict[str, str]]:
     """The CSV rows by learner id."""
-    with (out(graded) / "grades.csv").open(encoding="utf-8") as handle:
+    with (out(graded) / "grades.csv").open(encoding="utf-8-sig") as handle:
         return {row["learner"]: row for row in csv.DictReader(handle)}
 
 
+@pytest.mark.sandbox
 def test_submissions_below_a_root_are_found_and_named_by_their_path(graded: dict[str, Any]) -> None:
     """Are the five pi-practice folders found below the root, graded, and named apart by their paths?"""
     assert graded["code"] == 0
     assert sorted(graded["records"]) == [
         "complete/pi-practice",
         "edited/pi-practice",
-        "only-6.1/pi-practice",
+        "mistake/pi-practice",
         "transfer/pi-practice",
         "untouched/pi-practice",
     ]
 
 
+@pytest.mark.sandbox
 def test_points_follow_the_manifest_with_partial_credit_and_extra_credit(graded: dict[str, Any]) -> None:
-    """Do points come from course.toml: 100 for complete, +10 extra for the transfer, fractions for 6.1?"""
+    """Do points come from course.toml: 100 for complete, +10 extra for the optional lab, fractions for 1.2?"""
     rows = csv_rows(graded)
     assert (
         rows["complete/pi-practice"]["points"] == "100.0"
@@ -98,12 +100,13 @@ def test_points_follow_the_manifest_with_partial_credit_and_extra_credit(graded:
         rows["transfer/pi-practice"]["score"] == "110.0"
         and rows["transfer/pi-practice"]["max_points"] == "100.0"
     )
-    assert rows["edited/pi-practice"]["points"] == "60.0"
+    assert rows["edited/pi-practice"]["points"] == "50.0"
     assert rows["untouched/pi-practice"]["points"] == "0.0"
-    only = rows["only-6.1/pi-practice"]
-    passed, total = int(only["6.1 passed"]), int(only["6.1 total"])
-    assert 0 < passed < total  # the learner's one mistake fails a few of 6.1's tests
-    assert float(only["6.1 points"]) == round(40 * passed / total, 2) == float(only["points"])
+    mistake = rows["mistake/pi-practice"]
+    passed, total = int(mistake["1.2 passed"]), int(mistake["1.2 total"])
+    assert 0 < passed < total  # the learner's one mistake fails some of 1.2's tests
+    assert float(mistake["1.2 points"]) == round(50 * passed / total, 2)
+    assert float(mistake["points"]) == 50 + float(mistake["1.2 points"])
 
 
 def test_all_or_nothing_lab_scores_zero_until_every_test_passes(
@@ -125,21 +128,23 @@ def test_a_record_that_was_not_graded_scores_nothing(course: Course, checkpoint:
     assert points.points == 0.0 and points.max_points == sum(lab.points for lab in checkpoint.required_labs)
 
 
+@pytest.mark.sandbox
 def test_feedback_names_the_first_failing_test_its_question_and_the_hint(
     graded: dict[str, Any], course: Course, checkpoint: Checkpoint
 ) -> None:
-    """Does the 6.1-only learner's feedback give 6.1's points, the first failing test, its docstring and a hint?"""
-    text = (out(graded) / "feedback" / file_name("only-6.1/pi-practice")).read_text(encoding="utf-8")
-    record = graded["records"]["only-6.1/pi-practice"]
-    failing = next(t["nodeid"] for t in record["tests"] if t["lab"] == "6.1" and t["outcome"] != "passed")
+    """Does the feedback of the learner with a mistake give the first failing test, its docstring and a hint?"""
+    text = (out(graded) / "feedback" / file_name("mistake/pi-practice")).read_text(encoding="utf-8")
+    record = graded["records"]["mistake/pi-practice"]
+    failing = next(t["nodeid"] for t in record["tests"] if t["lab"] == "1.2" and t["outcome"] != "passed")
     assert f"`{failing}`" in text
     asked = question(course, checkpoint, failing)
     assert asked and asked in text
-    lab = checkpoint.lab("6.1")
+    lab = checkpoint.lab("1.2")
     assert any(hint in text for hint in lab.hints)
     assert "有测试未通过" in text and "得分" in text
 
 
+@pytest.mark.sandbox
 def test_every_learner_gets_a_feedback_file_and_a_finished_one_is_told_so(graded: dict[str, Any]) -> None:
     """Is there one feedback file per learner (colliding folder names kept apart), the complete one saying done?"""
     files = sorted(p.name for p in (out(graded) / "feedback").iterdir())
@@ -148,12 +153,14 @@ def test_every_learner_gets_a_feedback_file_and_a_finished_one_is_told_so(graded
     assert "全部完成" in complete and "100 / 100" in complete
 
 
+@pytest.mark.sandbox
 def test_edited_tests_are_mentioned_in_the_feedback(graded: dict[str, Any]) -> None:
     """Is the learner who edited a test told that the pristine tests were used?"""
     text = (out(graded) / "feedback" / file_name("edited/pi-practice")).read_text(encoding="utf-8")
-    assert "原始测试" in text and "60 / 100" in text
+    assert "原始测试" in text and "50 / 100" in text
 
 
+@pytest.mark.sandbox
 def test_junit_has_one_suite_per_learner_and_counts_the_failures(graded: dict[str, Any]) -> None:
     """Does the JUnit file hold a testsuite per learner whose failures match the failed verdicts?"""
     root = ET.parse(out(graded) / "junit.xml").getroot()
@@ -169,18 +176,20 @@ def test_junit_has_one_suite_per_learner_and_counts_the_failures(graded: dict[st
     assert points["points"] == "0" and points["max_points"] == "100"
 
 
+@pytest.mark.sandbox
 def test_class_report_shows_charts_pass_rates_and_linked_mistakes(graded: dict[str, Any]) -> None:
-    """Does the report embed two SVG charts, a pass rate per lab and link the 6.1 mistake to its mutation?"""
+    """Does the report embed two SVG charts, a pass rate per lab and link the 1.2 mistake to its mutation?"""
     html = (out(graded) / "class.html").read_text(encoding="utf-8")
     assert html.count("<svg") == 2
-    for lab in ("6.1", "6.2", "6.3", "transfer6"):
+    for lab in ("1.1", "1.2", "extra1"):
         assert f"Lab {lab}" in html
     assert f'href="#mutation-{MISTAKE}"' in html and f'id="mutation-{MISTAKE}"' in html
-    assert f"pi-course diagnose 06 {MISTAKE}" in html
+    assert f"pi-course diagnose a1 {MISTAKE}" in html
     # The tests failed by a learner who had started the lab rank first: the mistake's tests lead the table.
     table = html[html.index('id="failed"') :]
-    first_row = table[table.index("<td class=n>1</td>") : table.index("<td class=n>2</td>")]
-    assert f"#mutation-{MISTAKE}" in first_row and "Lab 6.1" in first_row
+    rank = '<td data-label="#" class="n">{}</td>'
+    first_row = table[table.index(rank.format(1)) : table.index(rank.format(2))]
+    assert f"#mutation-{MISTAKE}" in first_row and "Lab 1.2" in first_row
 
 
 def test_every_grading_word_has_a_chinese_translation_and_english_stays_available(

@@ -22,14 +22,15 @@ from typing import Any
 
 import keyrings
 import pytest
+from conftest import FX, REPO
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.grade import copying
-from test_grade import make_learner, tree_digest
+from test_grade import TEACHING, make_learner, tree_digest
 
 ROOT = os.geteuid() == 0
 INNER = "PI_COURSE_REDTEAM_INNER"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 # -- forgeries, each appended to an untouched starter's tool.py --------------------------------------
 
@@ -205,7 +206,7 @@ try:
 except OSError:
     pass
 # Nothing on the host's disk is writable: not the copy (its tests, its package), not the sandbox root.
-for _path in ("pi_course/_written.py", "tests/_written.py", "/grade/_written", "/_written"):
+for _path in ("fx_course/_written.py", "tests/_written.py", "/grade/_written", "/_written"):
     try:
         open(_path, "w").close()
         _HITS.append("writes " + _path)
@@ -248,14 +249,11 @@ if _os.fork() == 0:
 """
 
 ESCAPES = """
-_real = string_value
+def _add(self):
+    raise ValueError("\\x1b[2J\\x1b]0;pwned\\x07\\x1b[31mred\\u202eevil\\nforged,row")
 
 
-def string_value(value):
-    raise ValidationError("\\x1b[2J\\x1b]0;pwned\\x07\\x1b[31mred\\u202eevil\\nforged,row")
-
-
-object_schema = string_value
+Counter.add = _add
 """
 
 
@@ -360,7 +358,8 @@ except AttributeError:
     pass
 if _resource.getrlimit(_resource.RLIMIT_NOFILE)[1] <= 16 or _resource.getrlimit(_resource.RLIMIT_AS)[1] <= 64 << 20:
     _TRACES.append("limits")
-if _os.getpriority(_os.PRIO_PROCESS, 0) > 0 or len(_os.sched_getaffinity(0)) < min(2, _os.cpu_count() or 1):
+# The grader's own nice value is every run's (`nice -n 5 pytest` grades at 5): only a higher one is a trace.
+if _os.getpriority(_os.PRIO_PROCESS, 0) > {nice} or len(_os.sched_getaffinity(0)) < min(2, _os.cpu_count() or 1):
     _TRACES.append("priority")
 for _ring in ({user}, {user_session}, {session}):
     if _libc.syscall({keyctl}, {search}, _ctypes.c_long(_ring), b"user", b"planted-{secret}", 0) > 0:
@@ -382,12 +381,13 @@ def next_learner(
         attacker = make_learner(course, checkpoint, root / f"reach-{part}", labs_from_solution=True)
         _append(attacker, (REACH_HEAD + payload + REACH_TAIL).format(secret=secret, **keyrings.NAMES))
         victim = make_learner(course, checkpoint, root / f"after-{part}", labs_from_solution=True)
-        _append(victim, FIND_TRACES.format(secret=secret, **keyrings.NAMES))
+        nice = os.getpriority(os.PRIO_PROCESS, 0)
+        _append(victim, FIND_TRACES.format(secret=secret, nice=nice, **keyrings.NAMES))
         folders += [attacker, victim]
     folders.append(make_learner(course, checkpoint, root / "starter-last"))
     grades = root / "grades.jsonl"
     code = cli.main(
-        ["grade", *map(str, folders), "--json", str(grades), "--jobs", "1", "--timeout", "60", "--quiet"]
+        ["grade", *map(str, folders), "--json", str(grades), "--jobs", "1", "--timeout", "60", "--quiet", *FX]
     )
     records = [json.loads(line) for line in grades.read_text(encoding="utf-8").splitlines()]
     return {"code": {"value": code}, **{r["folder"].rsplit("/", 1)[-1]: r for r in records}}
@@ -421,7 +421,7 @@ def _public(course: Course, checkpoint: Checkpoint) -> dict[str, str]:
 
 
 def _append(folder: Path, payload: str) -> None:
-    tool = folder / "pi_course/tool.py"
+    tool = folder / TEACHING
     tool.write_text(tool.read_text(encoding="utf-8") + payload, encoding="utf-8")
 
 
@@ -434,7 +434,7 @@ def attack(
     secret = f"s3cret-{secrets.token_hex(6)}"
     public = _public(course, checkpoint)
     grades = root / "grades.jsonl"
-    solution = course.root / checkpoint.solution / "pi_course/tool.py"
+    solution = course.root / checkpoint.solution / TEACHING
     honest = make_learner(course, checkpoint, root / "honest", labs_from_solution=True)
     starter = make_learner(course, checkpoint, root / "starter")
     home = Path(pwd.getpwuid(os.getuid()).pw_dir)
@@ -446,7 +446,7 @@ def attack(
         "forge-skip-bodies": SKIP_EVERY_TEST_BODY,
         "forge-records": REWRITE_RECORDS.format(public=public),
         "forge-print": PRINT_FAKE_RECORDS.format(public=public),
-        "copy-peer": COPY_PEER.format(sources=[str(honest / "pi_course/tool.py"), str(solution)]),
+        "copy-peer": COPY_PEER.format(sources=[str(honest / TEACHING), str(solution)]),
     }
     folders = [honest, starter]
     for name, payload in forgeries.items():
@@ -454,7 +454,7 @@ def attack(
         _append(folder, payload)
         folders.append(folder)
     targets = [
-        str(course.root / "scripts/pi_course_kit" / f"escape-{secret}"),
+        str(REPO / "scripts/pi_course_kit" / f"escape-{secret}"),
         str(course.root / "tests/focused" / f"escape-{secret}"),
         str(honest / f"escape-{secret}"),
         str(grades),
@@ -484,27 +484,27 @@ def attack(
     # Malformed submissions: each must be reported, none may stop the batch.
     hardlink = make_learner(course, checkpoint, root / "hard-link", labs_from_solution=True)
     try:
-        os.link("/etc/shadow" if ROOT else "/etc/passwd", hardlink / "pi_course/shadow.txt")
+        os.link("/etc/shadow" if ROOT else "/etc/passwd", hardlink / "fx_course/shadow.txt")
     except OSError:
-        os.link(hardlink / "pi_course/tool.py", hardlink / "pi_course/again.py")
+        os.link(hardlink / TEACHING, hardlink / "fx_course/again.py")
     deep = make_learner(course, checkpoint, root / "deep", labs_from_solution=True)
-    handle = os.open(deep / "pi_course", os.O_RDONLY | os.O_DIRECTORY)
+    handle = os.open(deep / "fx_course", os.O_RDONLY | os.O_DIRECTORY)
     for _ in range(40):  # 40 x 200 characters: far past PATH_MAX, so any path-based copy fails
         os.mkdir("d" * 200, dir_fd=handle)
         handle, previous = os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=handle), handle
         os.close(previous)
     os.close(handle)
     sparse = make_learner(course, checkpoint, root / "sparse", labs_from_solution=True)
-    for relative in ("pytest.ini", "tests/conftest.py", "pi_course/big.py"):
+    for relative in ("pytest.ini", "tests/conftest.py", "fx_course/big.py"):
         with (sparse / relative).open("r+b" if (sparse / relative).exists() else "wb") as big:
             big.truncate(2 * 1024**3)
     sparse_meta = make_learner(course, checkpoint, root / "sparse-meta", labs_from_solution=True)
     with (sparse_meta / ".pi-course/meta.json").open("r+b") as big:
         big.truncate(2 * 1024**3)
     link = make_learner(course, checkpoint, root / "symlink", labs_from_solution=True)
-    (link / "pi_course/secret.py").symlink_to("/etc/passwd")
+    (link / "fx_course/secret.py").symlink_to("/etc/passwd")
     fifo = make_learner(course, checkpoint, root / "fifo", labs_from_solution=True)
-    os.mkfifo(fifo / "pi_course/pipe.py")
+    os.mkfifo(fifo / "fx_course/pipe.py")
     newline = make_learner(course, checkpoint, root / "new\nline,forged", labs_from_solution=True)
     odd = make_learner(course, checkpoint, Path(os.fsdecode(bytes(root) + b"/odd\xffname")))
     folders += [hardlink, deep, sparse, sparse_meta, link, fifo, newline, odd]
@@ -524,6 +524,7 @@ def attack(
                 *map(str, folders),
                 *("--json", str(grades), "--csv", str(root / "grades.csv")),
                 *("--jobs", "2", "--timeout", "40", "--memory", "768"),
+                *FX,
             ]
         )
     finally:
@@ -540,7 +541,7 @@ def attack(
         "order": [r["folder"].rsplit("/", 1)[-1] for r in records],
         "text": grades_text,
         "text_after": grades.read_text(encoding="utf-8"),
-        "csv": list(csv.DictReader((root / "grades.csv").open(encoding="utf-8"))),
+        "csv": list(csv.DictReader((root / "grades.csv").open(encoding="utf-8-sig"))),
         "escaped": escaped,
         "before": before,
         "after": {folder.name: tree_digest(folder) for folder in (honest, starter, snoop, writer)},
@@ -559,7 +560,7 @@ def rec(attack: dict[str, Any], name: str) -> dict[str, Any]:
 def test_honest_work_and_the_starter_grade_as_before(attack: dict[str, Any]) -> None:
     """Amid the attacks, is the honest folder complete and the untouched starter at 0?"""
     assert rec(attack, "honest")["status"] == "complete"
-    assert rec(attack, "honest")["passed"] == rec(attack, "honest")["total"] == 96
+    assert rec(attack, "honest")["passed"] == rec(attack, "honest")["total"] > 0
     assert rec(attack, "last-honest")["status"] == "complete"
     assert (rec(attack, "starter")["status"], rec(attack, "starter")["passed"]) == ("not started", 0)
     for name in ("honest", "starter"):

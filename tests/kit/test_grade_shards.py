@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FX
 from grade_class import make_class
 from pi_course_kit import cli
 from pi_course_kit.core.errors import KitError
@@ -14,7 +15,7 @@ from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.grade import shards
 from pi_course_kit.instructor.grade.gradebook import TIMING_FIELDS
 
-OPTIONS = ["--jobs", "2", "--timeout", "60", "--quiet"]
+OPTIONS = ["--jobs", "2", "--timeout", "60", "--quiet", *FX]
 
 
 def test_slices_cover_everyone_once_whatever_the_input_order() -> None:
@@ -43,7 +44,7 @@ def comparable(path: Path) -> list[dict[str, Any]]:
     return sorted(records, key=lambda record: str(record["learner"]))
 
 
-@pytest.mark.slow
+@pytest.mark.sandbox
 def test_three_shards_merged_equal_one_unsharded_run(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -61,7 +62,7 @@ def test_three_shards_merged_equal_one_unsharded_run(
     assert sorted(sizes) == [1, 2, 2]
     merged = tmp_path / "merged.jsonl"
     report = tmp_path / "class.html"
-    args = ["grade", "merge", *parts, "-o", str(merged), "--csv", str(tmp_path / "m.csv")]
+    args = ["grade", "merge", *parts, "-o", str(merged), "--csv", str(tmp_path / "m.csv"), *FX]
     assert cli.main([*args, "--report", str(report), "--no-mutations"]) == 0
     assert comparable(merged) == comparable(tmp_path / "all.jsonl")
     assert len(comparable(merged)) == 5 and "<svg" in report.read_text(encoding="utf-8")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from _pytest.assertion import rewrite
+from conftest import FX
 from pi_course_kit import cli
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course
@@ -19,9 +20,9 @@ from pi_course_kit.instructor.grade import bwrap, sandbox, slots
 from pi_course_kit.instructor.grade import cli as grade_cli
 from pi_course_kit.instructor.grade import grader as grading
 from pi_course_kit.instructor.grade.sandbox import Limits
-from test_grade import make_learner, partial_tool
+from test_grade import TEACHING, make_learner, partial_tool
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 LINGER = """
 import os as _os
@@ -70,7 +71,7 @@ def test_honest_learners_are_all_served_by_one_sandbox(
     starts = slot.server.starts if slot.server else 0
     complete = make_learner(course, checkpoint, tmp_path / "complete", labs_from_solution=True)
     partial = make_learner(course, checkpoint, tmp_path / "partial")
-    (partial / "pi_course/tool.py").write_text(partial_tool(course, checkpoint), encoding="utf-8")
+    (partial / TEACHING).write_text(partial_tool(course, checkpoint), encoding="utf-8")
     untouched = make_learner(course, checkpoint, tmp_path / "untouched")
     records = grader.grade_all([complete, partial, untouched])
     assert [r.status for r in records] == [grading.COMPLETE, grading.PARTIAL, grading.NOT_STARTED]
@@ -84,7 +85,7 @@ def test_a_run_that_leaves_a_process_behind_gets_the_next_learner_a_new_sandbox(
     """When a learner's run leaves a sleeping daemon, does the next learner run in a fresh sandbox, graded complete?"""
     slot = the_slot(grader)
     lingering = make_learner(course, checkpoint, tmp_path / "lingering", labs_from_solution=True)
-    tool = lingering / "pi_course/tool.py"
+    tool = lingering / TEACHING
     tool.write_text(tool.read_text(encoding="utf-8") + LINGER, encoding="utf-8")
     following = make_learner(course, checkpoint, tmp_path / "following", labs_from_solution=True)
     first = grader.grade_one(lingering, slot)
@@ -139,13 +140,13 @@ def test_a_fresh_sandbox_per_learner_grades_the_same(
     untouched = make_learner(course, checkpoint, tmp_path / "untouched")
     # What learner code sees of its process, told through the one channel it has: an import error.
     probe = make_learner(course, checkpoint, tmp_path / "probe", labs_from_solution=True)
-    tool = probe / "pi_course/tool.py"
+    tool = probe / TEACHING
     tool.write_text(tool.read_text(encoding="utf-8") + SEES, encoding="utf-8")
     found = {}
     for mode in ([], ["--fresh-sandbox"]):
         out = tmp_path / f"grades{len(mode)}.jsonl"
         folders = [str(complete), str(untouched), str(probe)]
-        code = cli.main(["grade", *folders, "--json", str(out), "--quiet", *mode])
+        code = cli.main(["grade", *folders, "--json", str(out), "--quiet", *mode, *FX])
         records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
         found[bool(mode)] = (
             code,
@@ -249,7 +250,7 @@ def test_by_default_one_slot_per_usable_cpu_and_never_more_than_submissions(
     root = tmp_path / "submissions"
     for name in ("a", "b", "c", "d"):
         make_learner(course, checkpoint, root / name / "pi-practice")
-    assert cli.main(["grade", "--submissions-root", str(root)]) == 0
+    assert cli.main(["grade", "--submissions-root", str(root), *FX]) == 0
     assert "4 submission(s), 3 at a time" in capsys.readouterr().out
-    assert cli.main(["grade", str(root / "a" / "pi-practice")]) == 0
+    assert cli.main(["grade", str(root / "a" / "pi-practice"), *FX]) == 0
     assert "1 submission(s), 1 at a time" in capsys.readouterr().out

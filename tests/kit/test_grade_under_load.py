@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import FX
+from learner_support import solve
 from pi_course_kit import cli
 from pi_course_kit.core import staging
 from pi_course_kit.core.manifest import Checkpoint, Course
@@ -17,11 +18,13 @@ from pi_course_kit.instructor.grade import grader as grading
 from pi_course_kit.instructor.grade.sandbox import Limits, Sandboxed
 from pi_course_kit.learner import practice
 
+pytestmark = pytest.mark.sandbox
+
 
 def finished_folder(course: Course, checkpoint: Checkpoint, dest: Path) -> Path:
-    """A practice folder holding the solution's tool.py: every lab done."""
+    """A practice folder holding the solution's teaching files: every lab done."""
     practice.create(course, checkpoint, dest)
-    shutil.copyfile(course.root / checkpoint.solution / "pi_course/tool.py", dest / "pi_course/tool.py")
+    solve(course, checkpoint, dest)
     return dest
 
 
@@ -37,7 +40,7 @@ def test_an_import_slower_than_the_practice_bound_still_grades_complete(
 ) -> None:
     """Does a finished solution whose import takes longer than the practice folder's bound (as on a busy machine) grade complete?"""
     folder = finished_folder(course, checkpoint, tmp_path / "slow-import")
-    tool = folder / "pi_course/tool.py"
+    tool = folder / checkpoint.teaching_files[0]
     # A sleep at import time stands in for a machine so loaded that importing takes this long.
     delay = practice_import_limit(course, checkpoint) + 2
     tool.write_text(
@@ -45,7 +48,9 @@ def test_an_import_slower_than_the_practice_bound_still_grades_complete(
         encoding="utf-8",
     )
     out = tmp_path / "grades.jsonl"
-    code = cli.main(["grade", str(folder), "--json", str(out), "--jobs", "1", "--timeout", "60", "--quiet"])
+    code = cli.main(
+        ["grade", str(folder), "--json", str(out), "--jobs", "1", "--timeout", "60", "--quiet", *FX]
+    )
     [record] = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert (record["status"], record["message"]) == ("complete", "")
     assert record["passed"] == record["total"] > 0

@@ -1,4 +1,4 @@
-"""Gradescope and GitHub Classroom: the autograder bundle run in a temporary /autograder, and the workflow."""
+"""Gradescope and GitHub Classroom on the fixture course: the autograder bundle run in a temporary /autograder."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from conftest import FX, REPO
 from packaging.requirements import Requirement
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
@@ -28,7 +29,7 @@ from pi_course_kit.instructor.grade.gradescope import ROOT_ENV, validate
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory, course: Course, checkpoint: Checkpoint) -> Path:
-    """`pi-course export gradescope 06 -o autograder.zip`, once."""
+    """`pi-course export gradescope a1 -o autograder.zip --course FIXTURE`, once."""
     out = tmp_path_factory.mktemp("export") / "autograder.zip"
     assert (
         cli.main(["export", "gradescope", checkpoint.id, "-o", str(out), "--course", str(course.root)]) == 0
@@ -70,27 +71,28 @@ def test_the_bundle_holds_setup_run_autograder_the_kit_and_the_pristine_course(
     assert {"setup.sh", "run_autograder", "requirements.txt", "course/course.toml"} <= names
     assert modes["run_autograder"] & stat.S_IXUSR and modes["setup.sh"] & stat.S_IXUSR
     assert "kit/pi_course_kit/instructor/grade/grader.py" in names
-    assert f"course/{checkpoint.solution}/pi_course/tool.py" in names
+    assert f"course/{checkpoint.solution}/fx_course/counter.py" in names
     assert all(f"course/{test}" in names for test in checkpoint.focused_tests)
     assert f"--checkpoint {checkpoint.id}" in run and not any("__pycache__" in name for name in names)
 
 
 def test_the_autograder_installs_what_grading_imports_as_pyproject_declares_it(course: Course) -> None:
     """Does requirements.txt name the sandbox's packages and the seccomp binding, each as pyproject.toml pins it?"""
-    declared = tomllib.loads((course.root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert set(export.REQUIREMENTS) <= set(declared["dependencies"])
     names = {Requirement(line).name for line in export.REQUIREMENTS}
     assert names >= {*bwrap.ROOTS, "jsonschema", "pyseccomp"}
 
 
-@pytest.mark.slow
+@pytest.mark.sandbox
 def test_a_complete_submission_scores_full_points(
     bundle: Path, course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Does an upload of the solution's pi_course/ (without the transfer) score every required point?"""
+    """Does an upload of the solution's package (without the optional exercise) score every required point?"""
     root = autograder_root(bundle, tmp_path)
-    shutil.copytree(course.root / checkpoint.solution / "pi_course", root / "submission/pi_course")
-    (root / "submission/pi_course/uppercase.py").unlink()
+    shutil.copytree(course.root / checkpoint.solution / course.package, root / "submission" / course.package)
+    for relative in checkpoint.solution_only:
+        (root / "submission" / relative).unlink()
     results = run_autograder(root)
     required = sum(lab.points for lab in checkpoint.required_labs)
     assert results["score"] == required
@@ -100,27 +102,29 @@ def test_a_complete_submission_scores_full_points(
     assert all(t["visibility"] == "visible" and t["output"] for t in results["tests"])
 
 
-@pytest.mark.slow
+@pytest.mark.sandbox
 def test_the_starter_scores_zero(
     bundle: Path, course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
     """Does the untouched starter, uploaded inside its practice folder, score 0 with every lab failed?"""
     root = autograder_root(bundle, tmp_path)
-    shutil.copytree(course.root / checkpoint.starter / "pi_course", root / "submission/my-practice/pi_course")
+    package = course.package
+    shutil.copytree(course.root / checkpoint.starter / package, root / "submission/my-practice" / package)
     results = run_autograder(root)
     assert results["score"] == 0 and all(
         t["status"] == "failed" and t["score"] == 0 for t in results["tests"]
     )
-    assert "Lab 6.1" in results["tests"][0]["name"] and "未开始" in results["tests"][0]["output"]
+    # The fixture course speaks English.
+    assert "Lab 1.1" in results["tests"][0]["name"] and "not started" in results["tests"][0]["output"]
 
 
-@pytest.mark.slow
+@pytest.mark.sandbox
 def test_a_submission_without_the_package_gets_zero_and_says_why(bundle: Path, tmp_path: Path) -> None:
-    """Does an upload without pi_course/ give 0 points and an output naming the missing folder?"""
+    """Does an upload without fx_course/ give 0 points and an output naming the missing folder?"""
     root = autograder_root(bundle, tmp_path)
     (root / "submission/notes.txt").write_text("oops", encoding="utf-8")
     results = run_autograder(root)
-    assert results["score"] == 0 and results["tests"] == [] and "pi_course/" in results["output"]
+    assert results["score"] == 0 and results["tests"] == [] and "fx_course/" in results["output"]
 
 
 @pytest.mark.parametrize(
@@ -157,7 +161,7 @@ def test_export_refuses_a_missing_folder_and_leaves_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Is an output in a folder that does not exist refused in one line, with nothing written?"""
-    assert cli.main(["export", "gradescope", "06", "-o", str(tmp_path / "no/ag.zip")]) == 2
+    assert cli.main(["export", "gradescope", "a1", "-o", str(tmp_path / "no/ag.zip"), *FX]) == 2
     assert "does not exist" in capsys.readouterr().err and not (tmp_path / "no").exists()
 
 
@@ -165,7 +169,7 @@ def test_classroom_workflow_runs_the_grader_and_feeds_the_reporter(
     tmp_path: Path, checkpoint: Checkpoint, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Is the written workflow valid YAML that grades with --classroom and hands the reporter <ID>_RESULTS?"""
-    assert cli.main(["export", "classroom", checkpoint.id, "-o", str(tmp_path)]) == 0
+    assert cli.main(["export", "classroom", checkpoint.id, "-o", str(tmp_path), *FX]) == 0
     path = tmp_path / classroom.WORKFLOW
     flow = yaml.safe_load(path.read_text(encoding="utf-8"))
     steps = flow["jobs"]["run-autograding-tests"]["steps"]
@@ -175,7 +179,9 @@ def test_classroom_workflow_runs_the_grader_and_feeds_the_reporter(
     assert report["uses"].startswith("classroom-resources/autograding-grading-reporter")
     assert report["with"]["runners"] == classroom.RUNNER
     assert f"{classroom.RUNNER.upper()}_RESULTS" in report["env"]
-    assert cli.main(["export", "classroom", checkpoint.id, "-o", str(tmp_path)]) == 2  # never overwritten
+    assert (
+        cli.main(["export", "classroom", checkpoint.id, "-o", str(tmp_path), *FX]) == 2
+    )  # never overwritten
     assert "already exists" in capsys.readouterr().err
 
 
@@ -195,15 +201,14 @@ def test_reporter_result_scores_labs_in_points(course: Course, checkpoint: Check
     assert json.loads(base64.b64decode(base64.b64encode(json.dumps(result).encode()))) == result
 
 
-def test_the_shipped_classroom_workflow_is_the_one_export_writes(
-    course: Course, checkpoint: Checkpoint
-) -> None:
+def test_the_shipped_classroom_workflow_is_the_one_export_writes(real_course: Course) -> None:
     """Is deploy/github-classroom/classroom.yml exactly what `pi-course export classroom 06` writes today?"""
-    shipped = course.root / "deploy/github-classroom/classroom.yml"
-    assert shipped.read_text(encoding="utf-8") == classroom.workflow(checkpoint, "pi-course-kit")
+    shipped = real_course.root / "deploy/github-classroom/classroom.yml"
+    workflow = classroom.workflow(real_course.checkpoint("06"), "pi-course-kit")
+    assert shipped.read_text(encoding="utf-8") == workflow
 
 
-@pytest.mark.slow
+@pytest.mark.sandbox
 def test_classroom_grading_works_from_a_course_without_solutions(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
@@ -216,7 +221,8 @@ def test_classroom_grading_works_from_a_course_without_solutions(
         shutil.copytree(course.root / folder, bundled / folder)
     repo = tmp_path / "repo"
     cli.main(["practice", checkpoint.id, str(repo), "--course", str(course.root)])
-    shutil.copyfile(course.root / checkpoint.solution / "pi_course/tool.py", repo / "pi_course/tool.py")
+    for relative in checkpoint.teaching_files:
+        shutil.copyfile(course.root / checkpoint.solution / relative, repo / relative)
     result_file = tmp_path / "result.json"
     args = ["grade", str(repo), "--checkpoint", checkpoint.id, "--classroom", str(result_file)]
     assert cli.main([*args, "--course", str(bundled), "--quiet"]) == 0

@@ -1,4 +1,4 @@
-"""`pi-course hint`, `reset` and `status` inside a practice folder."""
+"""`pi-course hint`, `reset` and `status` inside a practice folder of the fixture course."""
 
 from __future__ import annotations
 
@@ -43,23 +43,23 @@ def test_hints_come_one_more_each_time_and_are_remembered(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Does `hint 6.1` show hint 1, then 2, then 3, then repeat the last, counting in meta.json per lab?"""
+    """Does `hint 1.1` show hint 1, then 2, then repeat the last, counting in meta.json per lab?"""
     folder = make_folder(course, checkpoint, tmp_path / "p")
-    monkeypatch.chdir(folder / "pi_course")
-    hints = checkpoint.lab("6.1").hints
+    monkeypatch.chdir(folder / "fx_course")
+    hints = checkpoint.lab("1.1").hints
     for number, hint in enumerate(hints, start=1):
-        assert cli.main(["hint", "6.1"]) == 0
+        assert cli.main(["hint", "1.1"]) == 0
         out = capsys.readouterr().out
-        assert f"hint {number}/{len(hints)} for Lab 6.1" in out and hint in out
+        assert f"hint {number}/{len(hints)} for Lab 1.1" in out and hint in out
         assert all(other not in out for other in hints if other != hint)
-        assert meta(folder)["hints"] == {"6.1": number}
-    assert cli.main(["hint", "6.1"]) == 0
+        assert meta(folder)["hints"] == {"1.1": number}
+    assert cli.main(["hint", "1.1"]) == 0
     out = capsys.readouterr().out
     assert hints[-1] in out and "last hint" in out
-    assert cli.main(["hint", "6.2"]) == 0
-    assert checkpoint.lab("6.2").hints[0] in capsys.readouterr().out
-    assert meta(folder)["hints"] == {"6.1": len(hints), "6.2": 1}
-    assert cli.main(["hint", "6.1", "--all"]) == 0
+    assert cli.main(["hint", "1.2"]) == 0
+    assert checkpoint.lab("1.2").hints[0] in capsys.readouterr().out
+    assert meta(folder)["hints"] == {"1.1": len(hints), "1.2": 1}
+    assert cli.main(["hint", "1.1", "--all"]) == 0
     out = capsys.readouterr().out
     assert all(hint in out for hint in hints)
 
@@ -76,7 +76,7 @@ def test_hint_for_an_unknown_lab_is_refused(
     monkeypatch.chdir(folder)
     before = snapshot(folder)
     assert cli.main(["hint", "9.9"]) == 2
-    assert "known labs: 6.1, 6.2, 6.3" in capsys.readouterr().err
+    assert "known labs: 1.1, 1.2, extra1" in capsys.readouterr().err
     assert snapshot(folder) == before
 
 
@@ -86,13 +86,13 @@ def test_hint_for_an_unknown_lab_is_refused(
 @pytest.fixture(scope="module")
 def starter_text(course: Course, checkpoint: Checkpoint) -> str:
     """The starter's teaching file."""
-    return (course.root / checkpoint.starter / "pi_course" / "tool.py").read_text(encoding="utf-8")
+    return (course.root / checkpoint.starter / "fx_course" / "counter.py").read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
 def solution_text(course: Course, checkpoint: Checkpoint) -> str:
     """The solution's teaching file."""
-    return (course.root / checkpoint.solution / "pi_course" / "tool.py").read_text(encoding="utf-8")
+    return (course.root / checkpoint.solution / "fx_course" / "counter.py").read_text(encoding="utf-8")
 
 
 def test_reset_restores_one_lab_and_backs_up_the_learner_version(
@@ -104,68 +104,67 @@ def test_reset_restores_one_lab_and_backs_up_the_learner_version(
     starter_text: str,
     solution_text: str,
 ) -> None:
-    """After `reset 6.2` on a solved file: are 6.2's bodies the starter's, 6.1/6.3 kept, and a backup saved?"""
+    """After `reset 1.2` on a solved file: is 1.2's body the starter's, 1.1's kept, and a backup saved?"""
     folder = make_folder(course, checkpoint, tmp_path / "p")
     solve(course, checkpoint, folder)
     monkeypatch.chdir(folder)
-    assert cli.main(["reset", "6.2"]) == 0
+    assert cli.main(["reset", "1.2"]) == 0
     out = capsys.readouterr().out
     backups = list((folder / ".pi-course" / "backups").iterdir())
     assert len(backups) == 1 and backups[0].name in out
-    assert (backups[0] / "pi_course" / "tool.py").read_text(encoding="utf-8") == solution_text
-    now = bodies((folder / "pi_course" / "tool.py").read_text(encoding="utf-8"))
+    assert (backups[0] / "fx_course" / "counter.py").read_text(encoding="utf-8") == solution_text
+    now = bodies((folder / "fx_course" / "counter.py").read_text(encoding="utf-8"))
     starter, solution = bodies(starter_text), bodies(solution_text)
+    assert set(now) == {"Counter.__init__", "Counter.add", "Counter.reset"}
     for name in now:
-        if name.startswith("ToolRegistry."):
-            assert now[name] == starter[name], name
-        else:
-            assert now[name] == solution[name], name
+        assert now[name] == (starter if name == "Counter.reset" else solution)[name], name
     # A second reset makes a second, separate backup.
-    assert cli.main(["reset", "6.2"]) == 0
+    assert cli.main(["reset", "1.2"]) == 0
     assert len(list((folder / ".pi-course" / "backups").iterdir())) == 2
 
 
 def test_reset_state_runs_red_on_the_reset_lab_only(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After `reset 6.2` on the solution, is 6.1 still done, 6.2 not started and its red the next step?"""
+    """After `reset 1.1` on the solution, is 1.1 not started, 1.2 blocked by it and 1.1's red the next step?"""
     folder = make_folder(course, checkpoint, tmp_path / "p")
     solve(course, checkpoint, folder)
     monkeypatch.chdir(folder)
-    assert cli.main(["reset", "6.2"]) == 0
+    assert cli.main(["reset", "1.1"]) == 0
     done = run_cli(["check"], cwd=folder)
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line[:1].isdigit()}
-    assert "done" in rows["6.1"]
-    assert "not started" in rows["6.2"]
-    assert "blocked by 6.2" in rows["6.3"]
-    assert "next: Lab 6.2 (not started) — Lab 6.2 not implemented: ToolRegistry" in done.stdout
-    assert "run:  python -m pytest -m lab6_2" in done.stdout
+    assert "not started" in rows["1.1"]
+    assert "blocked by 1.1" in rows["1.2"]
+    assert "next: Lab 1.1 (not started) — Lab 1.1 not implemented: Counter.add" in done.stdout
+    assert "run:  python -m pytest -m lab1_1" in done.stdout
 
 
-def test_resetting_every_lab_of_the_solution_gives_the_starter(starter_text: str, solution_text: str) -> None:
-    """Reset lab by lab, does the solution's tool.py become exactly the starter's?"""
-    text = solution_text
-    for lab in ("6.1", "6.2", "6.3"):
-        text, names = restore_labs(text, starter_text, {lab}, "tool.py")
+def test_resetting_every_lab_of_the_solution_gives_the_starter(course: Course, child: Checkpoint) -> None:
+    """Reset lab by lab, does a2's solved pair.py become exactly the starter's?"""
+    solution = (course.root / child.solution / "fx_course/pair.py").read_text(encoding="utf-8")
+    starter = (course.root / child.starter / "fx_course/pair.py").read_text(encoding="utf-8")
+    text = solution
+    for lab in ("2.1", "2.2"):
+        text, names = restore_labs(text, starter, {lab}, "pair.py")
         assert names
-    assert text == starter_text
+    assert text == starter
 
 
 def test_reset_keeps_learner_comments_outside_the_lab_and_handles_one_liners(starter_text: str) -> None:
     """Are a one-line def, a comment inside the body and a different docstring all replaced, other code kept?"""
     learner = starter_text.replace(
-        "    def get(self, name: str) -> Tool[Any, Any] | None:\n"
-        '        """Return the very tool registered under this name, or None."""\n'
-        '        raise LabNotImplemented("6.2", "ToolRegistry.get")\n',
-        "    def get(self, name: str) -> Tool[Any, Any] | None: return self._tools.get(name)\n",
+        "    def reset(self) -> None:\n"
+        '        """Go back to zero."""\n'
+        '        raise LabNotImplemented("1.2", "Counter.reset")\n',
+        "    def reset(self) -> None: self.count = 0\n",
     ).replace(
-        '        """Add a tool; refuse a name that is already taken."""\n'
-        '        raise LabNotImplemented("6.2", "ToolRegistry.register")\n',
-        "        # my plan: check then store\n        self._tools[tool.name] = tool\n        # trailing thought\n",
+        '        """Count one more and return the new count."""\n'
+        '        raise LabNotImplemented("1.1", "Counter.add")\n',
+        "        # my plan: add then return\n        self.count += 1\n        return self.count\n        # trailing thought\n",
     )
     learner += "\n\n# my own helper, outside every lab\nMY_CONSTANT = 42\n"
     assert learner != starter_text
-    restored, _ = restore_labs(learner, starter_text, {"6.2"}, "tool.py")
+    restored, _ = restore_labs(learner, starter_text, {"1.1", "1.2"}, "counter.py")
     assert restored == starter_text + "\n\n# my own helper, outside every lab\nMY_CONSTANT = 42\n"
 
 
@@ -176,21 +175,23 @@ def test_reset_refuses_a_file_that_does_not_parse(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """With a syntax error in tool.py, does `reset 6.1` exit 2 naming the line, touching nothing; does --all work?"""
+    """With a syntax error in counter.py, does `reset 1.1` exit 2 naming the line, touching nothing; does --all work?"""
     folder = make_folder(course, checkpoint, tmp_path / "p")
-    tool = folder / "pi_course" / "tool.py"
-    broken = tool.read_text(encoding="utf-8") + "\ndef oops(:\n"
-    tool.write_text(broken, encoding="utf-8")
+    counter = folder / "fx_course" / "counter.py"
+    broken = counter.read_text(encoding="utf-8") + "\ndef oops(:\n"
+    counter.write_text(broken, encoding="utf-8")
     monkeypatch.chdir(folder)
     before = snapshot(folder)
-    assert cli.main(["reset", "6.1"]) == 2
+    assert cli.main(["reset", "1.1"]) == 2
     err = capsys.readouterr().err
-    assert "pi_course/tool.py:" in err and "reset --all" in err
+    assert "fx_course/counter.py:" in err and "reset --all" in err
     assert snapshot(folder) == before
     assert cli.main(["reset", "--all"]) == 0
-    assert tool.read_bytes() == (course.root / checkpoint.starter / "pi_course" / "tool.py").read_bytes()
+    assert (
+        counter.read_bytes() == (course.root / checkpoint.starter / "fx_course" / "counter.py").read_bytes()
+    )
     (backup,) = (folder / ".pi-course" / "backups").iterdir()
-    assert (backup / "pi_course" / "tool.py").read_text(encoding="utf-8") == broken
+    assert (backup / "fx_course" / "counter.py").read_text(encoding="utf-8") == broken
 
 
 def test_reset_of_a_lab_without_stubs_is_refused(
@@ -200,11 +201,11 @@ def test_reset_of_a_lab_without_stubs_is_refused(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Does resetting the optional transfer lab (new code, no stubs) exit 2 and leave files alone?"""
+    """Does resetting the optional lab (new code, no stubs) exit 2 and leave files alone?"""
     folder = make_folder(course, checkpoint, tmp_path / "p")
     monkeypatch.chdir(folder)
     before = snapshot(folder)
-    assert cli.main(["reset", "transfer6"]) == 2
+    assert cli.main(["reset", "extra1"]) == 2
     assert "no stubs" in capsys.readouterr().err
     assert cli.main(["reset"]) == 2
     assert snapshot(folder) == before
@@ -212,9 +213,9 @@ def test_reset_of_a_lab_without_stubs_is_refused(
 
 def test_restore_refuses_when_a_lab_function_was_deleted(starter_text: str) -> None:
     """If the learner deleted a lab's function, does restore raise KitError rather than guess?"""
-    learner = starter_text.replace("def failed_result(", "def renamed_result(")
-    with pytest.raises(KitError, match="failed_result"):
-        restore_labs(learner, starter_text, {"6.3"}, "tool.py")
+    learner = starter_text.replace("def reset(", "def renamed(")
+    with pytest.raises(KitError, match="reset"):
+        restore_labs(learner, starter_text, {"1.2"}, "counter.py")
 
 
 # -- status -----------------------------------------------------------------------------------
@@ -232,27 +233,27 @@ def test_status_lists_files_changed_since_the_folder_was_made(
     monkeypatch.chdir(folder)
     assert cli.main(["status", "--no-run"]) == 0
     out = capsys.readouterr().out
-    assert "checkpoint 06" in out and "none yet" in out
+    assert "checkpoint a1" in out and "none yet" in out
     solve(course, checkpoint, folder)
-    (folder / "pi_course" / "uppercase.py").write_text("# mine\n", encoding="utf-8")
+    (folder / "fx_course" / "doubler.py").write_text("# mine\n", encoding="utf-8")
     (folder / "LAB-GUIDE.md").unlink()
-    (folder / "pi_course" / "__pycache__").mkdir(exist_ok=True)
-    (folder / "pi_course" / "__pycache__" / "tool.cpython-311.pyc").write_bytes(b"cache")
-    assert cli.main(["hint", "6.3"]) == 0
+    (folder / "fx_course" / "__pycache__").mkdir(exist_ok=True)
+    (folder / "fx_course" / "__pycache__" / "counter.cpython-311.pyc").write_bytes(b"cache")
+    assert cli.main(["hint", "1.2"]) == 0
     capsys.readouterr()
     assert cli.main(["status", "--no-run"]) == 0
     out = capsys.readouterr().out
-    assert "modified pi_course/tool.py" in out
-    assert "added    pi_course/uppercase.py" in out
+    assert "modified fx_course/counter.py" in out
+    assert "added    fx_course/doubler.py" in out
     assert "deleted  LAB-GUIDE.md" in out
     assert "__pycache__" not in out
-    assert "hints seen: Lab 6.3 1" in out
+    assert "hints seen: Lab 1.2 1" in out
 
 
 def test_status_runs_the_tests_and_shows_the_table(solved_status: str) -> None:
     """Does plain `status` also run the tests and show each lab's row?"""
-    assert "modified pi_course/tool.py" in solved_status
-    assert any(line.startswith("6.3 ") and "done" in line for line in solved_status.splitlines())
+    assert "modified fx_course/counter.py" in solved_status
+    assert any(line.startswith("1.2 ") and "done" in line for line in solved_status.splitlines())
 
 
 @pytest.fixture(scope="module")

@@ -11,31 +11,35 @@ from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.runner import RunResult, run_tests
 
 PROBE = '''
-"""Probe tests that call one learner function each; the fault under test lives in pi_course/tool.py."""
+"""Probe tests that call one learner method each; the fault under test lives in fx_course/counter.py."""
 
 import pytest
 from hypothesis import given, strategies as st
 
-from pi_course import optional_positive_integer, string_value
+from fx_course import Counter
 
 
-@pytest.mark.lab6_1
+@pytest.mark.lab1_1
 def test_plain_call():
-    assert optional_positive_integer(2) == 2
+    assert Counter().add() == 1
 
 
-@pytest.mark.lab6_1
+@pytest.mark.lab1_1
 @given(st.integers(min_value=1, max_value=5))
 def test_property_call(number):
-    assert optional_positive_integer(number) == number
+    counter = Counter()
+    counter.count = number
+    assert counter.add() == number + 1
 
 
-@pytest.mark.lab6_1
-def test_string_call():
-    assert string_value("Pi") == "Pi"
+@pytest.mark.lab1_2
+def test_reset_call():
+    counter = Counter()
+    counter.reset()
+    assert counter.count == 0
 
 
-@pytest.mark.lab6_2
+@pytest.mark.lab1_2
 def test_the_run_goes_on():
     assert True
 '''
@@ -44,15 +48,16 @@ def test_the_run_goes_on():
 def faulty_folder(
     course: Course, checkpoint: Checkpoint, root: Path, function: str, fault: str, with_probe: bool = True
 ) -> Path:
-    """A solved practice folder whose `function` starts with `fault`, plus (by default) the probe tests."""
+    """A solved practice folder whose method `function` starts with `fault`, plus (by default) the probe tests."""
     folder = make_folder(course, checkpoint, root / "p")
     solve(course, checkpoint, folder)
-    tool = folder / "pi_course" / "tool.py"
-    lines = tool.read_text(encoding="utf-8").splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"def {function}("))
+    counter = folder / "fx_course" / "counter.py"
+    lines = counter.read_text(encoding="utf-8").splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith(f"def {function}("))
+    indent = " " * (len(lines[start]) - len(lines[start].lstrip()) + 4)
     docstring = next(i for i in range(start, len(lines)) if '"""' in lines[i])
-    lines.insert(docstring + 1, f"    {fault}  # FAULT\n")
-    tool.write_text("".join(lines), encoding="utf-8")
+    lines.insert(docstring + 1, f"{indent}{fault}  # FAULT\n")
+    counter.write_text("".join(lines), encoding="utf-8")
     if with_probe:
         (folder / "tests" / "test_probe.py").write_text(PROBE, encoding="utf-8")
     return folder
@@ -60,7 +65,7 @@ def faulty_folder(
 
 def fault_line(folder: Path) -> int:
     """The line number of the injected fault."""
-    text = (folder / "pi_course" / "tool.py").read_text(encoding="utf-8")
+    text = (folder / "fx_course" / "counter.py").read_text(encoding="utf-8")
     return next(n for n, line in enumerate(text.splitlines(), start=1) if "# FAULT" in line)
 
 
@@ -77,28 +82,26 @@ def by_name(result: RunResult) -> dict[str, dict[str, object]]:
 def test_syntax_error_is_one_line_with_its_lab(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Is a syntax error in tool.py reported as file:line and its lab, without importlib/pytest frames?"""
-    folder = faulty_folder(
-        course, checkpoint, tmp_path, "optional_string", "return value +", with_probe=False
-    )
+    """Is a syntax error in counter.py reported as file:line and its lab, without importlib/pytest frames?"""
+    folder = faulty_folder(course, checkpoint, tmp_path, "reset", "return self +", with_probe=False)
     line = fault_line(folder)
     result = run_tests(folder, timeout=90)
     assert result.finished and not result.tests
     (error,) = result.collect_errors
-    assert error["location"] == f"pi_course/tool.py:{line}"
-    assert error["lab"] == "6.1"
+    assert error["location"] == f"fx_course/counter.py:{line}"
+    assert error["lab"] == "1.2"
     assert "SyntaxError" in error["message"]
     assert "_bootstrap" not in result.output and "_pytest" not in result.output
     shown = run_cli(["check"], cwd=folder / "tests")
     assert shown.returncode == 1
-    assert f"cannot import your code: pi_course/tool.py:{line} (in Lab 6.1): SyntaxError" in shown.stdout
+    assert f"cannot import your code: fx_course/counter.py:{line} (in Lab 1.2): SyntaxError" in shown.stdout
 
 
 def test_endless_loop_is_stopped_per_test_naming_the_lab(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
     """Is an endless loop stopped by the per-test timeout (hypothesis tests too), naming the lab, run going on?"""
-    folder = faulty_folder(course, checkpoint, tmp_path, "optional_positive_integer", "while True: pass")
+    folder = faulty_folder(course, checkpoint, tmp_path, "add", "while True: pass")
     started = time.monotonic()
     result = probe(folder, "--timeout", "1")
     assert time.monotonic() - started < 60
@@ -107,11 +110,11 @@ def test_endless_loop_is_stopped_per_test_naming_the_lab(
     for name in ("test_plain_call", "test_property_call"):
         assert records[name]["outcome"] == "failed"
         assert "Timeout" in str(records[name]["message"])
-        assert "endless loop in Lab 6.1" in str(records[name]["message"])
-        assert records[name]["location"] == f"pi_course/tool.py:{fault_line(folder)}"
-    assert records["test_string_call"]["outcome"] == "passed"
+        assert "endless loop in Lab 1.1" in str(records[name]["message"])
+        assert records[name]["location"] == f"fx_course/counter.py:{fault_line(folder)}"
+    assert records["test_reset_call"]["outcome"] == "passed"
     assert records["test_the_run_goes_on"]["outcome"] == "passed"
-    assert result.next_step is not None and result.next_step["lab"] == "6.1"
+    assert result.next_step is not None and result.next_step["lab"] == "1.1"
 
 
 @pytest.mark.parametrize("fault", ["import sys; sys.exit(3)", "raise SystemExit", "import os; os._exit(3)"])
@@ -119,15 +122,15 @@ def test_exiting_inside_a_test_still_ends_in_a_report(
     fault: str, course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
     """Does sys.exit()/os._exit() in learner code fail that test with a plain message, and the report still print?"""
-    folder = faulty_folder(course, checkpoint, tmp_path, "string_value", fault)
+    folder = faulty_folder(course, checkpoint, tmp_path, "reset", fault)
     result = probe(folder)
     assert result.finished
     records = by_name(result)
-    failed = records["test_string_call"]
+    failed = records["test_reset_call"]
     assert failed["outcome"] == "failed"
     kind = "os._exit" if "os._exit" in fault else "sys.exit"
     assert f"learner code called {kind}(" in str(failed["message"])
-    assert failed["location"] == f"pi_course/tool.py:{fault_line(folder)}"
+    assert failed["location"] == f"fx_course/counter.py:{fault_line(folder)}"
     assert records["test_the_run_goes_on"]["outcome"] == "passed"
     assert "pi-course labs" in result.output
 
@@ -138,13 +141,13 @@ def test_exiting_while_importing_is_a_located_import_error(
 ) -> None:
     """Does exiting at import time become an import error at file:line in its lab, not a dead run?"""
     folder = make_folder(course, checkpoint, tmp_path / "p")
-    tool = folder / "pi_course" / "tool.py"
-    text = tool.read_text(encoding="utf-8")
-    marker = "# ## Lab 6.2"
-    tool.write_text(text.replace(marker, f"{marker}\n{fault}  # FAULT", 1), encoding="utf-8")
+    counter = folder / "fx_course" / "counter.py"
+    text = counter.read_text(encoding="utf-8")
+    marker = "    # ## Lab 1.2"  # in the class body: it runs while the module is imported
+    counter.write_text(text.replace(marker, f"{marker}\n    {fault}  # FAULT", 1), encoding="utf-8")
     result = run_tests(folder, timeout=90)
     assert result.finished and "INTERNALERROR" not in result.output
     (error,) = result.collect_errors
-    assert error["location"] == f"pi_course/tool.py:{fault_line(folder)}"
-    assert error["lab"] == "6.2"
+    assert error["location"] == f"fx_course/counter.py:{fault_line(folder)}"
+    assert error["lab"] == "1.2"
     assert ("sys.exit(4)" if "sys" in fault else "os._exit(4)") in error["message"]

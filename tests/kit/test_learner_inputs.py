@@ -28,7 +28,7 @@ class Case:
 
 
 UNKNOWN_CHECKPOINTS = ("99", "", "../06", "6.1")
-UNKNOWN_LABS = ("9.9", "", "../6.1", "6", "lab6_9")
+UNKNOWN_LABS = ("9.9", "", "../1.1", "1", "lab1_9")
 CASES: dict[str, Case] = {
     # practice: where the new folder would go
     "practice DIR under a file": Case(("practice", "06", "a-file/new"), refused="a-file/new"),
@@ -60,12 +60,12 @@ CASES: dict[str, Case] = {
     "check --timeout abc (argparse)": Case(("check", "--timeout", "abc"), where="folder"),
     "practice without arguments (argparse)": Case(("practice",)),
     "an unknown command (argparse)": Case(("pratice", "06", "new"), refused="new"),
-    "reset with an unknown option (argparse)": Case(("reset", "6.1", "--force"), where="folder"),
+    "reset with an unknown option (argparse)": Case(("reset", "1.1", "--force"), where="folder"),
     "check --timeout 0": Case(("check", "--timeout", "0"), where="folder"),
     "check --lang xx": Case(("--lang", "xx", "check"), where="folder"),
     "reset without a lab": Case(("reset",), where="folder"),
     "reset --undo with no backup": Case(("reset", "--undo"), where="folder"),
-    "reset --undo with a lab": Case(("reset", "--undo", "6.2"), where="folder"),
+    "reset --undo with a lab": Case(("reset", "--undo", "1.2"), where="folder"),
     # outside a practice folder
     "check outside a practice folder": Case(("check",)),
     "hint outside a practice folder": Case(("hint", "6.1")),
@@ -74,8 +74,8 @@ CASES: dict[str, Case] = {
     "status outside a practice folder": Case(("status", "--no-run")),
     # a practice folder whose .pi-course/meta.json is not JSON
     "check with a corrupt meta.json": Case(("check",), where="corrupt"),
-    "hint with a corrupt meta.json": Case(("hint", "6.1"), where="corrupt"),
-    "reset with a corrupt meta.json": Case(("reset", "6.1"), where="corrupt"),
+    "hint with a corrupt meta.json": Case(("hint", "1.1"), where="corrupt"),
+    "reset with a corrupt meta.json": Case(("reset", "1.1"), where="corrupt"),
     "status with a corrupt meta.json": Case(("status", "--no-run"), where="corrupt"),
     "check --lab 9.9 from a subfolder": Case(("check", "--lab", "9.9"), where="sub"),
 }
@@ -96,7 +96,7 @@ def test_there_are_at_least_forty_bad_inputs() -> None:
 
 @pytest.fixture(scope="module")
 def starter(course: Course, checkpoint: Checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One fresh practice folder, copied into each case's scratch folder."""
+    """One fresh practice folder of the fixture course, copied into each case's scratch folder."""
     return make_folder(course, checkpoint, tmp_path_factory.mktemp("inputs") / "starter")
 
 
@@ -126,7 +126,7 @@ def test_bad_input_is_one_line_and_changes_nothing(name: str, starter: Path, tmp
     """Is this bad command refused with a non-zero exit, one stderr line, no traceback and no change on disk?"""
     case = CASES[name]
     ws = scratch(tmp_path, starter)
-    cwd = {"ws": ws, "folder": ws / "folder", "sub": ws / "folder" / "pi_course", "corrupt": ws / "corrupt"}[
+    cwd = {"ws": ws, "folder": ws / "folder", "sub": ws / "folder" / "fx_course", "corrupt": ws / "corrupt"}[
         case.where
     ]
     command = [sys.executable, str(REPO / "scripts" / case.script)] if case.script else list(CLI)

@@ -1,4 +1,8 @@
-"""Checkpoints that build on a parent: every tree of the real course, and `practice --from`."""
+"""A checkpoint that builds on a parent (the fixture's a2 on a1): `practice --from`, and grading the parent.
+
+The real course's children keep their promises in test_course_checkpoints.py (inherited files equal,
+solution green with the parent's tests, starter red on its own labs only, first red on its first lab).
+"""
 
 from __future__ import annotations
 
@@ -9,71 +13,24 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import FX
 from learner_support import run_cli, snapshot
-from pi_course_kit.core import files, manifest
+from pi_course_kit.core import files
 from pi_course_kit.core.folder import META_PATH, sha256_file
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.instructor import promises
 from pi_course_kit.learner import lineage, practice
-
-COURSE = manifest.load()
-CHILDREN = [cp.id for cp in COURSE.checkpoints if cp.parent is not None]
-
-
-@pytest.fixture(params=CHILDREN)
-def child(request: pytest.FixtureRequest, course: Course) -> Checkpoint:
-    """Each checkpoint that has a parent."""
-    return course.checkpoint(str(request.param))
-
-
-def test_the_real_course_has_a_checkpoint_with_a_parent() -> None:
-    """Does the course exercise lineage at all (a later checkpoint naming an earlier one as parent)?"""
-    assert CHILDREN
-
-
-def test_inherited_files_equal_the_parent_solution(course: Course, child: Checkpoint) -> None:
-    """Are a child's inherited files byte-identical to its parent's solution files?"""
-    assert child.inherited_files
-    assert promises.inherited_file_problems(course, child) == []
-
-
-def test_child_solution_passes_its_own_and_its_parents_tests(course: Course, child: Checkpoint) -> None:
-    """Does the child's solution pass its own focused tests and the parent's (the parent stays green)?"""
-    result = promises.run_tree(course, child, child.solution)
-    assert promises.solution_problems(course, child, result) == []
-    labs = {test["lab"] for test in result.tests}
-    parent = course.parent_of(child)
-    assert parent is not None
-    assert {lab.id for lab in parent.required_labs} <= labs
-    assert {lab.id for lab in child.labs} <= labs
-
-
-def test_child_starter_is_red_on_its_own_labs_and_green_on_inherited_ones(
-    course: Course, child: Checkpoint
-) -> None:
-    """On the child's starter, do the parent's tests pass while each own test stops on its lab's stub?"""
-    result = promises.run_tree(course, child, child.starter)
-    assert promises.starter_problems(course, child, result) == []
-    own = {lab.id for lab in child.labs}
-    assert any(test["lab"] in own for test in result.tests)
-    assert all(test["outcome"] == "failed" for test in result.tests if test["lab"] in own)
-
-
-def test_child_first_red_is_a_stub_of_its_first_lab(course: Course, child: Checkpoint) -> None:
-    """Does `pytest -m <first lab> -x` on the child's starter stop first on that lab's stub?"""
-    assert promises.first_red_problems(course, child) == []
 
 
 def test_practice_from_an_unfinished_parent_folder_is_refused_and_changes_nothing(
-    tmp_path: Path, child: Checkpoint
+    tmp_path: Path, course: Course, child: Checkpoint
 ) -> None:
     """Is `practice CHILD DIR --from MY_PARENT` refused, naming the labs, while the parent folder is red?"""
-    parent = COURSE.parent_of(child)
+    parent = course.parent_of(child)
     assert parent is not None
-    made = run_cli(["practice", parent.id, str(tmp_path / "mine")], tmp_path)
+    made = run_cli(["practice", parent.id, str(tmp_path / "mine"), *FX], tmp_path)
     assert made.returncode == 0, made.stderr
     before = snapshot(tmp_path / "mine")
-    refused = run_cli(["practice", child.id, str(tmp_path / "next"), "--from", "mine"], tmp_path)
+    refused = run_cli(["practice", child.id, str(tmp_path / "next"), "--from", "mine", *FX], tmp_path)
     assert refused.returncode == 2
     assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
     assert "not finished yet" in refused.stderr
@@ -88,13 +45,13 @@ def test_practice_from_a_finished_parent_folder_carries_the_learners_own_files(
     """With the parent finished, does the child folder hold the learner's own files and start red on its lab?"""
     parent = course.parent_of(child)
     assert parent is not None
-    assert run_cli(["practice", parent.id, str(tmp_path / "mine")], tmp_path).returncode == 0
+    assert run_cli(["practice", parent.id, str(tmp_path / "mine"), *FX], tmp_path).returncode == 0
     for relative in parent.teaching_files:
         solved = (course.root / parent.solution / relative).read_text(encoding="utf-8")
         # The learner's own version: the reference plus a comment only they wrote.
         (tmp_path / "mine" / relative).write_text(solved + "\n# my own work\n", encoding="utf-8")
     before = snapshot(tmp_path / "mine")
-    made = run_cli(["practice", child.id, str(tmp_path / "next"), "--from", "mine"], tmp_path)
+    made = run_cli(["practice", child.id, str(tmp_path / "next"), "--from", "mine", *FX], tmp_path)
     assert made.returncode == 0, made.stderr
     assert snapshot(tmp_path / "mine") == before
     for relative in parent.teaching_files:
@@ -144,22 +101,49 @@ def test_practice_from_writes_the_metadata_once_with_the_carried_files_and_their
         assert meta["files"][relative] == sha256_file(made / relative) == sha256_file(mine / relative)
 
 
+def test_practice_from_carries_the_learners_own_transfer_exercise(
+    tmp_path: Path, course: Course, child: Checkpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Does the parent's optional transfer file come along when the learner wrote it, and only then?"""
+    parent = course.parent_of(child)
+    assert parent is not None
+    if not parent.solution_only:
+        pytest.skip(f"{parent.id} has no optional transfer exercise")
+    mine = practice.create(course, parent, tmp_path / "mine")
+    monkeypatch.setattr(lineage, "unfinished_labs", lambda *args: [])
+    without = lineage.create_from(course, child, mine, tmp_path / "without")
+    assert not any((without / relative).exists() for relative in parent.solution_only)
+    for relative in parent.solution_only:
+        (mine / relative).write_text("# my own transfer work\n", encoding="utf-8")
+    before = snapshot(mine)
+    made = lineage.create_from(course, child, mine, tmp_path / "with")
+    assert snapshot(mine) == before
+    for relative in parent.solution_only:
+        assert (made / relative).read_text(encoding="utf-8") == "# my own transfer work\n"
+    meta = json.loads((made / META_PATH).read_text(encoding="utf-8"))
+    assert meta["from"]["files"] == [*parent.teaching_files, *parent.solution_only]
+
+
 def test_practice_from_a_folder_of_the_wrong_checkpoint_is_refused(tmp_path: Path, child: Checkpoint) -> None:
     """Is --from with a folder of the child itself (not its parent) refused in one line?"""
-    assert run_cli(["practice", child.id, str(tmp_path / "a")], tmp_path).returncode == 0
-    refused = run_cli(["practice", child.id, str(tmp_path / "b"), "--from", "a"], tmp_path)
+    assert run_cli(["practice", child.id, str(tmp_path / "a"), *FX], tmp_path).returncode == 0
+    refused = run_cli(["practice", child.id, str(tmp_path / "b"), "--from", "a", *FX], tmp_path)
     assert refused.returncode == 2 and "builds on" in refused.stderr
     assert not (tmp_path / "b").exists()
 
 
-def test_practice_from_on_a_checkpoint_without_parent_is_refused(tmp_path: Path) -> None:
-    """Does --from on a checkpoint with no parent say that there is nothing to carry over?"""
-    root = next(cp for cp in COURSE.checkpoints if cp.parent is None)
-    refused = run_cli(["practice", root.id, str(tmp_path / "x"), "--from", str(tmp_path)], tmp_path)
+def test_practice_from_on_a_checkpoint_without_parent_is_refused(
+    tmp_path: Path, checkpoint: Checkpoint
+) -> None:
+    """Does --from on a checkpoint with no parent (a1) say that there is nothing to carry over?"""
+    refused = run_cli(
+        ["practice", checkpoint.id, str(tmp_path / "x"), "--from", str(tmp_path), *FX], tmp_path
+    )
     assert refused.returncode == 2 and "--from has nothing to carry over" in refused.stderr
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.sandbox
 def test_grading_a_child_flags_a_parent_that_is_no_longer_green(
     tmp_path: Path, course: Course, child: Checkpoint
 ) -> None:
@@ -167,14 +151,14 @@ def test_grading_a_child_flags_a_parent_that_is_no_longer_green(
     parent = course.parent_of(child)
     assert parent is not None
     folder = tmp_path / "class" / "learner"
-    assert run_cli(["practice", child.id, str(folder)], tmp_path).returncode == 0
+    assert run_cli(["practice", child.id, str(folder), *FX], tmp_path).returncode == 0
     for relative in child.teaching_files:
         (folder / relative).write_bytes((course.root / child.solution / relative).read_bytes())
     for relative in parent.teaching_files:
         (folder / relative).write_bytes((course.root / parent.starter / relative).read_bytes())
     out = tmp_path / "grades.jsonl"
     done = run_cli(
-        ["grade", str(folder), "--submissions-root", str(tmp_path / "class"), "--json", str(out)],
+        ["grade", str(folder), "--submissions-root", str(tmp_path / "class"), "--json", str(out), *FX],
         tmp_path,
         timeout=600,
     )

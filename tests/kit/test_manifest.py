@@ -1,65 +1,55 @@
-"""course.toml, the one manifest: it loads into dataclasses, and a broken one says where and what."""
+"""course.toml, the one manifest: it loads into dataclasses, and a broken one says where and what.
+
+The engine's reading of a manifest is tested on the fixture course; the real course.toml loading at all
+is the first test (its content is checked checkpoint by checkpoint in test_course_checkpoints.py).
+"""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from pi_course_kit.core import manifest
 from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
 from pi_course_kit.core.staging import marker_line, pytest_ini
 
 
-def test_manifest_describes_checkpoint_06_and_its_labs(course: Course, checkpoint: Checkpoint) -> None:
-    """Does the manifest carry checkpoint 06 with labs 6.1, 6.2, 6.3 and the optional transfer, in order?"""
-    assert course.format_version == manifest.FORMAT_VERSION
-    assert checkpoint.slug == "06-tool-contract"
-    assert [lab.id for lab in checkpoint.labs] == ["6.1", "6.2", "6.3", "transfer6"]
-    assert [lab.marker for lab in checkpoint.labs] == ["lab6_1", "lab6_2", "lab6_3", "transfer6"]
-    assert [lab.optional for lab in checkpoint.labs] == [False, False, False, True]
-    assert course.checkpoint("06-tool-contract") is checkpoint
+def test_the_real_course_manifest_loads() -> None:
+    """Does the real course.toml load (a broken one would leave the parametrized course tests without cases)?"""
+    course = manifest.load(REPO / "course.toml")
+    assert course.checkpoints and course.package == "pi_course"
 
 
-def test_every_path_in_the_manifest_exists(course: Course, checkpoint: Checkpoint) -> None:
-    """Does every file and folder the manifest names exist in the repository?"""
-    for folder in (checkpoint.starter, checkpoint.solution):
-        assert (course.root / folder / course.package).is_dir(), folder
-    for relative in (*checkpoint.focused_tests, *checkpoint.test_support):
-        assert (course.root / relative).is_file(), relative
-    for relative in (*checkpoint.teaching_files, *checkpoint.given_files, *checkpoint.solution_only):
-        assert (course.root / checkpoint.solution / relative).is_file(), relative
+def test_the_manifest_describes_checkpoints_labs_and_lineage(
+    course: Course, checkpoint: Checkpoint, child: Checkpoint
+) -> None:
+    """Does the fixture load with its package, a1's labs in order (the optional one flagged) and a2 after a1?"""
+    assert course.format_version == manifest.FORMAT_VERSION and course.package == "fx_course"
+    assert checkpoint.slug == "a1-counter" and course.checkpoint("a1-counter") is checkpoint
+    assert [lab.id for lab in checkpoint.labs] == ["1.1", "1.2", "extra1"]
+    assert [lab.marker for lab in checkpoint.labs] == ["lab1_1", "lab1_2", "extra1"]
+    assert [lab.optional for lab in checkpoint.labs] == [False, False, True]
+    assert [lab.id for lab in checkpoint.required_labs] == ["1.1", "1.2"]
+    assert child.parent == "a1" and course.parent_of(child) is checkpoint
+    assert [(lab.id, lab.inherited) for lab in child.tree_labs] == [
+        ("1.1", True),
+        ("1.2", True),
+        ("extra1", True),
+        ("2.1", False),
+        ("2.2", False),
+    ]
+    assert child.tree_tests == (*checkpoint.focused_tests, *child.focused_tests)
 
 
-def test_every_lab_has_at_least_two_chinese_hints(checkpoint: Checkpoint) -> None:
-    """Does each lab offer at least two hints, written in Chinese, that do not hand out a `def`?"""
-    for lab in checkpoint.labs:
-        assert len(lab.hints) >= 2, lab.id
-        for hint in lab.hints:
-            assert any("\u4e00" <= char <= "\u9fff" for char in hint), hint
-            assert "def " not in hint and "return " not in hint, hint
-
-
-def test_focused_tests_use_exactly_the_manifest_markers(course: Course, checkpoint: Checkpoint) -> None:
-    """Are the markers used in the focused tests exactly the labs' markers, so --strict-markers holds?"""
-    used: set[str] = set()
-    for relative in checkpoint.focused_tests:
-        tree = ast.parse((course.root / relative).read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)):
-                continue
-            if node.value.attr == "mark" and node.attr.startswith(("lab", "transfer")):
-                used.add(node.attr)
-    assert used == {lab.marker for lab in checkpoint.labs}
-
-
-def test_generated_pytest_ini_registers_each_lab_marker(course: Course, checkpoint: Checkpoint) -> None:
-    """Does the staged pytest.ini register every lab marker, strictly, with its own tree first on the path?"""
-    ini = pytest_ini(course, checkpoint)
-    assert f"pi_course_package = {course.package}\n" in ini
+def test_generated_pytest_ini_registers_each_lab_marker(course: Course, child: Checkpoint) -> None:
+    """Does the staged pytest.ini name the package and register every lab marker of the lineage, strictly?"""
+    ini = pytest_ini(course, child)
+    assert "pi_course_package = fx_course\n" in ini and "pi_course_language = en\n" in ini
     assert "pythonpath = ." in ini and "--strict-markers" in ini
-    for lab in checkpoint.labs:
+    for lab in child.tree_labs:
         assert f"    {marker_line(lab)}\n" in ini
+    assert "extra1: extra1 | double a counter | optional | inherited" in ini
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -73,17 +63,23 @@ def write(tmp_path: Path, text: str) -> Path:
     ("change", "expected"),
     [
         (("format_version = 2", "format_version = 3"), "'format_version' is 3"),
-        (('slug = "06-tool-contract"', ""), "'checkpoints[0].slug' is missing"),
-        (('marker = "lab6_2"', 'marker = "lab6_1"'), "repeats the marker lab6_1"),
+        (('slug = "a2-pair"', ""), "'checkpoints[1].slug' is missing"),
+        (('marker = "lab1_2"', 'marker = "lab1_1"'), "repeats the marker lab1_1"),
+        (('marker = "lab2_1"', 'marker = "lab1_1"'), "repeats the marker lab1_1 of its lineage"),
         (
-            ('slug = "06-tool-contract"', 'slug = "06-tool-contract"\nparent = "99"'),
-            "'checkpoints[0].parent' is '99', which is not an earlier checkpoint",
+            ('parent = "a1"', 'parent = "a9"'),
+            "'checkpoints[1].parent' is 'a9', which is not an earlier checkpoint",
         ),
         (
-            ('marker = "lab6_2"', 'marker = "lab6_2"\ncredit = "most"'),
+            ('marker = "lab2_2"', 'marker = "lab2_2"\ncredit = "most"'),
             "must be one of fraction, all-or-nothing",
         ),
-        (('teaching_files = ["pi_course/tool.py"]', "teaching_files = []"), "needs at least 1 entries"),
+        (('teaching_files = ["fx_course/pair.py"]', "teaching_files = []"), "needs at least 1 entries"),
+        (
+            ('inherited_files = ["fx_course/lab.py"', 'inherited_files = ["fx_course/other.py"'),
+            "not in given_files",
+        ),
+        (("points = 50\nhints", "points = -1\nhints"), "must be a number >= 0"),
         (("[course]", "[course"), "not valid TOML"),
     ],
 )
@@ -103,16 +99,19 @@ def test_a_broken_manifest_names_the_file_the_key_and_the_fault(
 def test_a_lab_with_one_hint_is_refused(course: Course, tmp_path: Path) -> None:
     """Is a lab with fewer than two hints refused, naming the hints key of that lab?"""
     original = course.path.read_text(encoding="utf-8")
-    start = original.index("hints = [", original.index('id = "6.2"'))
+    start = original.index("hints = [", original.index('id = "2.2"'))
     end = original.index("]\n", start) + 2
-    path = write(tmp_path, original[:start] + 'hints = ["只有一条"]\n' + original[end:])
-    with pytest.raises(ManifestError, match=r"checkpoints\[0\]\.labs\[1\]\.hints' needs at least 2"):
+    path = write(tmp_path, original[:start] + 'hints = ["only one"]\n' + original[end:])
+    with pytest.raises(ManifestError, match=r"checkpoints\[1\]\.labs\[1\]\.hints' needs at least 2"):
         manifest.load(path)
 
 
 def test_unknown_checkpoint_and_lab_list_the_known_ones(course: Course, checkpoint: Checkpoint) -> None:
-    """Does asking for a checkpoint or lab that does not exist list the ones that do?"""
-    with pytest.raises(ManifestError, match="known checkpoints: 06"):
+    """Does asking for a checkpoint, lab or mutation that does not exist list the ones that do?"""
+    with pytest.raises(ManifestError, match="known checkpoints: a1, a2"):
         course.checkpoint("99")
-    with pytest.raises(ManifestError, match=r"known labs: 6\.1, 6\.2, 6\.3, transfer6"):
+    with pytest.raises(ManifestError, match=r"known labs: 1\.1, 1\.2, extra1"):
         checkpoint.lab("6.9")
+    with pytest.raises(ManifestError, match="known mutations: add-two, reset-to-one"):
+        checkpoint.mutation("nope")
+    assert course.find_lab("2.2")[0].id == "a2"

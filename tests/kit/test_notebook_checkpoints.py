@@ -14,6 +14,13 @@ from pi_course_kit.learner import practice
 from pi_course_kit.notebook import nbrun
 from pi_course_kit.notebook.learner_copy import REPO_ONLY_TAG
 
+
+@pytest.fixture(scope="module")
+def course(real_course: Course) -> Course:
+    """The real course: these tests run every checkpoint notebook course.toml names."""
+    return real_course
+
+
 # Read at collection time so that each checkpoint with a notebook gets its own tests.
 WITH_NOTEBOOK = [c.id for c in manifest.load().checkpoints if c.notebook]
 BOX = re.compile(r"^Lab \S+ 未完成：\S+ · pi_course/\w+\.py:\d+ · pi-course hint \S+$")

@@ -1,4 +1,4 @@
-"""Inline checks in a notebook: one full run serves the lab checks that follow, until the code changes."""
+"""Inline checks in a notebook (fixture course): one full run serves the lab checks that follow, until the code changes."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from learner_support import make_folder
 from pi_course_kit.core import records, runner
+from pi_course_kit.core.locate import ROOT_ENV
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.core.staging import stage_tree
 from pi_course_kit.notebook import checks
 from pi_course_kit.notebook import helpers as nbhelp
 
@@ -20,9 +21,10 @@ def test_lab_checks_reuse_a_full_run_of_the_same_code_and_rerun_after_an_edit(
 ) -> None:
     """After progress(), does check() answer from that run, and run pytest again once a file changed?"""
     monkeypatch.delenv(nbhelp.TREE_ENV, raising=False)
+    monkeypatch.setenv(ROOT_ENV, str(course.root))  # the course the notebook's checks locate
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(checks, "_last_full", {})
-    practice = stage_tree(course, checkpoint, course.root / checkpoint.starter, tmp_path / "practice")
+    practice = make_folder(course, checkpoint, tmp_path / "practice")
     nbhelp.use_tree(checkpoint.id, cwd=practice, quiet=True)
     calls: list[list[str]] = []
     real = runner.run_tests
@@ -40,7 +42,7 @@ def test_lab_checks_reuse_a_full_run_of_the_same_code_and_rerun_after_an_edit(
     assert lab.tests and all(test["lab"] == first.id for test in lab.tests)
     assert lab.command == f"python -m pytest -m {first.marker}" and not lab.passed
     assert {row["id"] for row in full.labs} >= {first.id}
-    edited = next((practice / "pi_course").glob("*.py"))
+    edited = practice / checkpoint.teaching_files[0]
     edited.write_text(edited.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
     checks.check(first.id)
     assert len(calls) == 2 and calls[1][:2] == ["-m", first.marker]

@@ -26,23 +26,23 @@ PACKAGE = "counting"
 
 @pytest.fixture
 def renamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Course:
-    """A copy of the fixture course whose package is `counting`: folders, course.toml and imports renamed."""
+    """A copy of the fixture course whose package is `counting` (not `fx_course`): folders, course.toml and imports renamed."""
     monkeypatch.delenv(nbhelp.TREE_ENV, raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
     root = Path(shutil.copytree(FIXTURE, tmp_path / "course"))
-    for folder in sorted(root.rglob("pi_course")):
+    for folder in sorted(root.rglob("fx_course")):
         folder.rename(folder.with_name(PACKAGE))
     toml = root / "course.toml"
     text = toml.read_text(encoding="utf-8")
-    text = text.replace('package = "pi_course"', f'package = "{PACKAGE}"').replace(
-        '"pi_course/', f'"{PACKAGE}/'
+    text = text.replace('package = "fx_course"', f'package = "{PACKAGE}"').replace(
+        '"fx_course/', f'"{PACKAGE}/'
     )
     toml.write_text(text, encoding="utf-8")
     for test in (root / "tests" / "focused").glob("test_*.py"):
         source = test.read_text(encoding="utf-8")
-        test.write_text(source.replace("from pi_course import", f"from {PACKAGE} import"), encoding="utf-8")
+        test.write_text(source.replace("fx_course", PACKAGE), encoding="utf-8")
     course = manifest.load(toml)
-    assert course.package == PACKAGE and not list(root.rglob("pi_course"))
+    assert course.package == PACKAGE and not list(root.rglob("fx_course"))
     return course
 
 

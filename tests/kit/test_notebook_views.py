@@ -60,7 +60,7 @@ def test_check_tables_use_the_reports_status_words_in_the_course_language(
     text, page = str(shown), shown._repr_html_()
     assert "Lab 1.2：0/3 被 1.1 阻塞" in text.splitlines()
     for words in ("已完成", "被 1.1 阻塞", "未开始（选做）"):
-        assert f"  {words}  " in text and f"font-weight:bold'>{words}</td>" in page
+        assert f"  {words}  " in text and f'font-weight:bold">{words}</td>' in page
     for row in labs:
         report_words = records.status_text(
             str(row["status"]), row.get("blocked_by"), bool(row.get("optional"))

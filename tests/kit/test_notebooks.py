@@ -10,7 +10,6 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import FIRST_RED_06
 from nbformat import NotebookNode
 from pi_course_kit import cli
 from pi_course_kit.core.errors import KitError
@@ -20,6 +19,22 @@ from pi_course_kit.learner import practice
 from pi_course_kit.notebook import helpers as nbhelp
 from pi_course_kit.notebook import nbrun
 from pi_course_kit.teaching import adapters
+
+#: What `python -m pytest -m lab6_1 -x` in a fresh 06 starter stops on (its first test needs object_schema).
+FIRST_RED_06 = "Lab 6.1 not implemented: object_schema"
+
+
+# Chapter 06's notebook, deliberately: these tests are about what a learner of a real chapter sees in it.
+@pytest.fixture(scope="session")
+def course(real_course: Course) -> Course:
+    """The real course."""
+    return real_course
+
+
+@pytest.fixture(scope="session")
+def checkpoint(real_course: Course) -> Checkpoint:
+    """Checkpoint 06, whose notebook these tests read and run."""
+    return real_course.checkpoint("06")
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The per-lab report that travels with the focused tests: statuses, the next step, and its JSON records."""
+"""The per-lab report that travels with the focused tests, on the fixture course: statuses, the next step, records."""
 
 from __future__ import annotations
 
@@ -12,13 +12,30 @@ from pi_course_kit.core.regions import strip_solution
 from pi_course_kit.core.runner import RunResult, run_tests
 from pi_course_kit.core.staging import stage_tree
 from pi_course_kit.core.staging import test_files as staged_test_files
+from pi_course_kit.instructor.promises import run_tree
+
+TEACHING = "fx_course/counter.py"
+
+
+@pytest.fixture(scope="module")
+def solution_run(course: Course, checkpoint: Checkpoint) -> RunResult:
+    """Every focused test of a1, run once against its solution in its own interpreter."""
+    return run_tree(course, checkpoint, checkpoint.solution)
+
+
+@pytest.fixture(scope="module")
+def starter_run(course: Course, checkpoint: Checkpoint) -> RunResult:
+    """Every focused test of a1, run once against its starter in its own interpreter."""
+    return run_tree(course, checkpoint, checkpoint.starter)
 
 
 def partial_tree(course: Course, checkpoint: Checkpoint, tmp: Path, unfinished: set[str]) -> Path:
-    """A staged solution whose tool.py has the given labs stubbed out again, as a learner mid-way would have."""
+    """A staged solution whose counter.py has the given labs stubbed out again, as a learner mid-way would have."""
     tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, tmp / "tree")
-    tool = tree / "pi_course" / "tool.py"
-    tool.write_text(strip_solution(tool.read_text(encoding="utf-8"), str(tool), unfinished), encoding="utf-8")
+    counter = tree / TEACHING
+    counter.write_text(
+        strip_solution(counter.read_text(encoding="utf-8"), str(counter), unfinished), encoding="utf-8"
+    )
     return tree
 
 
@@ -30,20 +47,27 @@ def statuses(result: RunResult) -> dict[str, str]:
     }
 
 
-def test_starter_report_names_lab_6_1_and_where_to_edit(starter_run: RunResult) -> None:
-    """On the starter, does the report say 6.1 is not started and point at its first stub in tool.py?"""
-    assert statuses(starter_run)["6.1"] == "not started"
+def test_starter_report_names_the_first_lab_and_where_to_edit(starter_run: RunResult) -> None:
+    """On the starter, does the report say 1.1 is not started and point at its first stub in counter.py?"""
+    assert statuses(starter_run)["1.1"] == "not started"
     step = starter_run.next_step
-    assert step is not None and step["lab"] == "6.1"
-    assert step["location"].startswith("pi_course/tool.py:")
-    assert step["command"] == 'python -m pytest -m "lab6_1"'
-    assert "pi-course labs" in starter_run.output and "next: Lab 6.1" in starter_run.output
+    assert step is not None and step["lab"] == "1.1"
+    assert step["location"].startswith(f"{TEACHING}:") and step["function"] == "Counter.add"
+    assert step["command"] == 'python -m pytest -m "lab1_1"'
+    assert "pi-course labs" in starter_run.output and "next: Lab 1.1" in starter_run.output
 
 
-def test_starter_report_shows_executor_blocked_by_an_earlier_lab(starter_run: RunResult) -> None:
-    """When a Lab 6.3 test first trips over Lab 6.2's stub, is 6.3 reported as blocked by 6.2, not as failing?"""
-    assert statuses(starter_run)["6.3"] in ("blocked by 6.1", "blocked by 6.2", "not started")
+def test_starter_report_shows_a_lab_blocked_by_an_earlier_one(starter_run: RunResult) -> None:
+    """When a Lab 1.2 test first trips over Lab 1.1's stub, is 1.2 reported as blocked by 1.1, not as failing?"""
+    assert statuses(starter_run)["1.2"] == "blocked by 1.1"
     assert not any(status == "failing" for status in statuses(starter_run).values())
+
+
+def test_the_optional_lab_is_skipped_with_what_to_create(starter_run: RunResult) -> None:
+    """While doubler.py is missing, are the optional lab's tests skipped with a reason naming the file?"""
+    optional = [t for t in starter_run.tests if t["lab"] == "extra1"]
+    assert optional and all(t["outcome"] == "skipped" for t in optional)
+    assert all("fx_course/doubler.py" in t["skip_reason"] for t in optional)
 
 
 def test_solution_report_has_every_lab_done(solution_run: RunResult) -> None:
@@ -53,24 +77,24 @@ def test_solution_report_has_every_lab_done(solution_run: RunResult) -> None:
     assert "next: every required lab is done. Move on to the next checkpoint." in solution_run.output
 
 
-def test_finished_6_1_moves_the_next_step_to_6_2(
+def test_finished_first_lab_moves_the_next_step_to_the_second(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """With Lab 6.1 solved and 6.2/6.3 still stubs, is 6.1 done and the next step Lab 6.2?"""
-    result = run_tests(partial_tree(course, checkpoint, tmp_path, {"6.2", "6.3"}))
-    assert statuses(result)["6.1"] == "done"
-    assert statuses(result)["6.2"] == "not started"
-    assert result.next_step is not None and result.next_step["lab"] == "6.2"
+    """With Lab 1.1 solved and 1.2 still a stub, is 1.1 done and the next step Lab 1.2?"""
+    result = run_tests(partial_tree(course, checkpoint, tmp_path, {"1.2"}))
+    assert statuses(result)["1.1"] == "done"
+    assert statuses(result)["1.2"] == "not started"
+    assert result.next_step is not None and result.next_step["lab"] == "1.2"
 
 
-def test_unfinished_registry_blocks_a_solved_executor(
+def test_an_unfinished_earlier_lab_blocks_a_solved_later_one(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """With the executor written but the registry still a stub, is 6.3 blocked by 6.2 and the next step 6.2?"""
-    result = run_tests(partial_tree(course, checkpoint, tmp_path, {"6.2"}))
-    assert statuses(result)["6.2"] == "not started"
-    assert statuses(result)["6.3"] == "blocked by 6.2"
-    assert result.next_step is not None and result.next_step["lab"] == "6.2"
+    """With reset written but add still a stub, is 1.2 blocked by 1.1 and the next step 1.1?"""
+    result = run_tests(partial_tree(course, checkpoint, tmp_path, {"1.1"}))
+    assert statuses(result)["1.1"] == "not started"
+    assert statuses(result)["1.2"] == "blocked by 1.1"
+    assert result.next_step is not None and result.next_step["lab"] == "1.1"
 
 
 def test_a_wrong_answer_is_reported_as_failing_with_its_assertion(
@@ -78,25 +102,44 @@ def test_a_wrong_answer_is_reported_as_failing_with_its_assertion(
 ) -> None:
     """When the learner's code runs but is wrong, is the lab 'failing' and the next step the failed assertion?"""
     tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, tmp_path / "tree")
-    tool = tree / "pi_course" / "tool.py"
-    source = tool.read_text(encoding="utf-8")
-    wrong = source.replace('raise ValueError(f"Tool 已存在：{tool.name}")', "pass")
-    assert wrong != source
-    tool.write_text(wrong, encoding="utf-8")
+    counter = tree / TEACHING
+    source = counter.read_text(encoding="utf-8")
+    counter.write_text(source.replace("self.count += 1", "self.count += 2"), encoding="utf-8")
     result = run_tests(tree)
-    assert statuses(result)["6.2"] == "failing"
-    assert result.next_step is not None and result.next_step["lab"] == "6.2"
-    assert result.next_step["status"] == "failing"
+    assert statuses(result)["1.1"] == "failing"
+    step = result.next_step
+    assert step is not None and (step["lab"], step["status"]) == ("1.1", "failing")
+    assert (
+        step["what"].startswith("test_add_counts_one_at_a_time")
+        and step["question"] == "Does add return 1, then 2?"
+    )
+    assert step["message"] == "assert [2, 4] == [1, 2]" and step["diff"] == ["At index 0 diff: 2 != 1"]
 
 
-@pytest.mark.parametrize("lab", ["6.1", "6.2", "6.3"])
+@pytest.mark.parametrize("lab", ["1.1", "1.2"])
 def test_json_records_name_each_test_with_its_lab(starter_run: RunResult, lab: str) -> None:
     """Does every JSON record carry the test's lab, outcome, error lab and a one-line message?"""
     records = [t for t in starter_run.tests if t["lab"] == lab]
     assert records
     for record in records:
-        assert record["outcome"] == "failed"
+        assert record["outcome"] == "failed" and record["exc_lab"] in ("1.1", lab)
         assert record["message"].startswith("Lab ") and "\n" not in record["message"]
+
+
+def test_an_import_error_keeps_its_location_and_lab_in_a_package_not_named_pi_course(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """With a NameError at import time in fx_course/counter.py, does the report name that file, line and lab?"""
+    tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, tmp_path / "tree")
+    counter = tree / TEACHING
+    lines = counter.read_text(encoding="utf-8").splitlines()
+    at = next(n for n, line in enumerate(lines) if line.strip().startswith("# ## Lab 1.2")) + 1
+    lines.insert(at, "    undefined_name  # broken at import")
+    counter.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run_tests(tree)
+    (error,) = result.collect_errors
+    assert error["location"] == f"{TEACHING}:{at + 1}" and error["lab"] == "1.2"
+    assert "NameError" in error["message"]
 
 
 def _imported(node: ast.AST) -> set[str]:
@@ -145,7 +188,7 @@ def _required_imports(tree: ast.Module, present: set[str]) -> set[str]:
 
 def test_report_plugin_needs_only_pytest_and_the_standard_library(course: Course) -> None:
     """Do the files that travel with the tests need only pytest, the stdlib and each other (others optional)?"""
-    travelling = staged_test_files(course, course.checkpoint("06"))
+    travelling = staged_test_files(course, course.checkpoint("a2"))
     own = {name.removesuffix(".py") for name in travelling if name.startswith("pi_course_")}
     assert {"pi_course_report", "pi_course_records", "pi_course_i18n"} <= own
     allowed = set(sys.stdlib_module_names) | {"pytest"} | own

@@ -17,6 +17,20 @@ from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.staging import stage_tree
 from pi_course_kit.teaching.trace import CallTrace, outcome_table, side_by_side, trace_call
 
+
+# The tracer teaches chapter 06's executor: its tests run real 06 trees on purpose (not the fixture course).
+@pytest.fixture(scope="session")
+def course(real_course: Course) -> Course:
+    """The real course: the tracer is a chapter-06 teaching helper."""
+    return real_course
+
+
+@pytest.fixture(scope="session")
+def checkpoint(real_course: Course) -> Checkpoint:
+    """Checkpoint 06, whose executor the tracer draws."""
+    return real_course.checkpoint("06")
+
+
 # ----------------------------------------------------------------------------- duck-typed stand-ins
 # These mimic pi_course's shapes so that the tracer can be tested in the kit process, which must never
 # import pi_course itself.
@@ -296,7 +310,7 @@ def test_result_box_shows_text_pairing_and_flag_with_the_wire_json_collapsed() -
     trace = run(Call("call-1", "echo", {"value": 1}), Registry(make_echo()))
     result = trace._repr_html_().split("pi-trace-stage pi-trace-returned")[1]
     assert "Tool echo failed: 必须是 string" in result and "call-1/echo 配对 ✓ · is_error=true" in result
-    assert result.index("<details>") < result.index("&quot;toolCallId&quot;")
+    assert result.index("<details>") < result.index("&#34;toolCallId&#34;")
 
 
 def test_every_rendering_carries_its_colour_legend() -> None:
@@ -315,7 +329,7 @@ def test_outcome_table_has_one_row_per_case() -> None:
         ["bad", "parse", "Tool echo failed: 必须是 string", "true", 0],
         ["unknown", "lookup", "Tool missing failed: 未知工具", "true", 0],
     ]
-    assert "<th style='text-align:left" in view._repr_html_()
+    assert '<th style="text-align:left' in view._repr_html_()
 
 
 def test_rendering_has_no_memory_addresses_or_raw_timestamps() -> None:

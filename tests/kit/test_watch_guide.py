@@ -1,4 +1,4 @@
-"""The guided watch mode under a real terminal (a pty): one lab at a time, moving on by itself."""
+"""The guided watch mode under a real terminal (a pty), in a fixture-course folder: one lab at a time."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import FX
 from pi_course_kit.core.manifest import Checkpoint, Course
 
 
@@ -64,7 +65,7 @@ class Terminal:
 def folder(tmp_path: Path, checkpoint: Checkpoint) -> Path:
     """A fresh practice folder of the first checkpoint."""
     done = subprocess.run(
-        [sys.executable, "-m", "pi_course_kit.cli", "practice", checkpoint.id, str(tmp_path / "p")],
+        [sys.executable, "-m", "pi_course_kit.cli", "practice", checkpoint.id, str(tmp_path / "p"), *FX],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,7 +1,7 @@
 """Focused tests of the fixture's checkpoint a2."""
 
 import pytest
-from pi_course import Pair
+from fx_course import Pair
 
 
 @pytest.mark.lab2_1

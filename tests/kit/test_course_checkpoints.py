@@ -1,0 +1,210 @@
+"""The real course, checkpoint by checkpoint: every promise `pi-course verify` makes, and the manifest's data.
+
+Every test here takes its checkpoints from course.toml (see conftest.py), so a new checkpoint adds
+cases, not code. The notebooks have their own parametrized tests (test_notebook_checkpoints.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from conftest import REPO, load_real_course
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor import verify
+from pi_course_kit.instructor.grade.mutation_map import default_cache
+from pi_course_kit.learner import practice
+
+#: Everything verify checks except the notebooks, which test_notebook_checkpoints.py runs.
+PROMISES = tuple(check for check in verify.CHECKS if check != "notebooks")
+
+
+def promise_cases() -> list[object]:
+    """One case per verify check of every checkpoint, read from course.toml at collection."""
+    course = load_real_course()
+    if course is None:
+        return []
+    return [
+        pytest.param(cp.id, job.name, id=re.sub(r"[^\w.]+", "-", job.name).strip("-"))
+        for cp in course.checkpoints
+        for job in verify.jobs(course, cp, PROMISES)
+    ]
+
+
+@functools.cache
+def verified(checkpoint_id: str) -> dict[str, verify.Outcome]:
+    """Verify one checkpoint, its checks side by side (one per CPU), once per session."""
+    course = load_real_course()
+    assert course is not None
+    outcomes = verify.verify(course, [course.checkpoint(checkpoint_id)], PROMISES, cache=default_cache())
+    return {outcome.name: outcome for outcome in outcomes}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("checkpoint_id", "promise"), promise_cases())
+def test_the_checkpoint_keeps_each_promise_verify_checks(checkpoint_id: str, promise: str) -> None:
+    """Does this check of `pi-course verify` hold: starter in sync, given and inherited files equal, solution
+    green, starter red lab by lab with the parent green, first red on the first lab, this mutation caught?
+
+    A check that passed before on exactly the same inputs (trees, tests, manifest entry, the kit and the
+    tools' versions) is taken from verify's cache; any change to one of them runs it again.
+    """
+    outcome = verified(checkpoint_id)[promise]
+    assert outcome.problems == []
+
+
+# -- the manifest's data, checkpoint by checkpoint ----------------------------------------------------
+
+
+def test_every_path_the_manifest_names_exists(real_course: Course, each_checkpoint: Checkpoint) -> None:
+    """Does every folder and file the checkpoint's manifest entry names exist in the repository?"""
+    cp = each_checkpoint
+    for folder in (cp.starter, cp.solution):
+        assert (real_course.root / folder / real_course.package).is_dir(), folder
+    for relative in (*cp.focused_tests, *cp.test_support, cp.notebook):
+        assert (real_course.root / relative).is_file(), relative
+    for relative in (*cp.teaching_files, *cp.given_files, *cp.solution_only):
+        assert (real_course.root / cp.solution / relative).is_file(), relative
+
+
+def test_every_lab_has_two_chinese_hints_that_hand_out_no_code(each_checkpoint: Checkpoint) -> None:
+    """Does each lab offer at least two hints, in Chinese, none of them handing out a `def` or a `return`?"""
+    for lab in each_checkpoint.labs:
+        assert len(lab.hints) >= 2, lab.id
+        for hint in lab.hints:
+            assert any("\u4e00" <= char <= "\u9fff" for char in hint), hint
+            assert "def " not in hint and "return " not in hint, hint
+
+
+def test_the_focused_tests_use_exactly_the_labs_markers(
+    real_course: Course, each_checkpoint: Checkpoint
+) -> None:
+    """Are the lab markers used in the checkpoint's focused tests exactly its labs' markers (--strict-markers)?"""
+    markers = {lab.marker for lab in each_checkpoint.labs}
+    used: set[str] = set()
+    for relative in each_checkpoint.focused_tests:
+        tree = ast.parse((real_course.root / relative).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)):
+                continue
+            if node.value.attr == "mark" and (node.attr in markers or re.match(r"lab\d", node.attr)):
+                used.add(node.attr)
+    assert used == markers
+
+
+def test_every_lab_has_focused_tests(real_course: Course, each_checkpoint: Checkpoint) -> None:
+    """Does every lab of the checkpoint have focused tests of its own?"""
+    counts = practice.lab_test_counts(real_course, each_checkpoint)
+    assert {lab_id: count for lab_id, count in counts.items() if count == 0} == {}
+
+
+def _signatures(path: Path) -> dict[str, str]:
+    """Every function and class of a module: its arguments (annotations included) and docstring."""
+    found = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            args = ast.unparse(node.args) if not isinstance(node, ast.ClassDef) else ""
+            returns = ast.unparse(node.returns) if not isinstance(node, ast.ClassDef) and node.returns else ""
+            found[node.name] = f"({args}) -> {returns} {ast.get_docstring(node)}"
+    return found
+
+
+def test_the_starter_keeps_every_public_name_signature_and_docstring(
+    real_course: Course, lab_checkpoint: Checkpoint
+) -> None:
+    """Does each teaching file of the starter declare the solution's functions and classes, same signatures and docstrings?"""
+    for relative in lab_checkpoint.teaching_files:
+        starter = _signatures(real_course.root / lab_checkpoint.starter / relative)
+        assert starter == _signatures(real_course.root / lab_checkpoint.solution / relative), relative
+
+
+def test_every_lab_piece_of_the_starter_raises_its_numbered_error(
+    real_course: Course, lab_checkpoint: Checkpoint
+) -> None:
+    """Does the starter raise `LabNotImplemented("N.x", name)` for every name a required lab implements?"""
+    source = "".join(
+        (real_course.root / lab_checkpoint.starter / relative).read_text(encoding="utf-8")
+        for relative in lab_checkpoint.teaching_files
+    )
+    missing = [
+        (lab.id, name)
+        for lab in lab_checkpoint.required_labs
+        for name in lab.implements
+        if f'raise LabNotImplemented("{lab.id}", "{name}")' not in source
+    ]
+    assert missing == []
+
+
+def test_the_starter_leaves_the_solution_only_files_to_the_learner(
+    real_course: Course, lab_checkpoint: Checkpoint
+) -> None:
+    """Are the solution-only files (a solved optional exercise) in the solution and absent from the starter?"""
+    for relative in lab_checkpoint.solution_only:
+        assert (real_course.root / lab_checkpoint.solution / relative).is_file()
+        assert not (real_course.root / lab_checkpoint.starter / relative).exists()
+
+
+def test_every_lab_checkpoint_has_named_mutations(lab_checkpoint: Checkpoint) -> None:
+    """Does the checkpoint name plausible wrong implementations for its tests to catch (verify runs each)?"""
+    assert lab_checkpoint.mutations
+
+
+#: A row of a contract page's table mapping a course test (file and position) to the kit tests.
+COURSE_TEST_ROW = re.compile(r"^\|[^|\n]*\.test\.ts #\d+[^|\n]*\|(?P<kit>[^\n]*)$", re.MULTILINE)
+
+
+def test_the_contract_page_maps_each_course_test_to_kit_tests_that_exist(
+    real_course: Course, each_checkpoint: Checkpoint
+) -> None:
+    """Is there a Chinese contract page whose table maps the course's tests (`NN-x.test.ts #k`) to kit tests
+    that exist in the checkpoint's focused tests?"""
+    assert each_checkpoint.contract, f"checkpoint {each_checkpoint.id} names no contract page in course.toml"
+    page = (real_course.root / each_checkpoint.contract).read_text(encoding="utf-8")
+    assert any("\u4e00" <= char <= "\u9fff" for char in page)
+    rows = COURSE_TEST_ROW.findall(page)
+    assert rows, f"{each_checkpoint.contract} has no table row naming a course test such as `NN-x.test.ts #1`"
+    tests = "".join(
+        (real_course.root / relative).read_text(encoding="utf-8") for relative in each_checkpoint.tree_tests
+    )
+    named = {name for row in rows for name in re.findall(r"\btest_\w+", row)}
+    assert named, "the table names no kit test"
+    assert sorted(name for name in named if f"def {name}(" not in tests) == []
+
+
+def test_the_contract_page_travels_in_the_wheel(real_course: Course, each_checkpoint: Checkpoint) -> None:
+    """Does pyproject's force-include put the checkpoint's contract page into the wheel, for practice folders?"""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    included = project["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    assert each_checkpoint.contract in included
+
+
+# -- what a learner of chapter 06 reads ----------------------------------------------------------------
+
+# Every literal message the 06 focused tests hold the learner to, as the tests spell them.
+LITERALS_06 = (
+    "必须是 string",
+    "必须是正整数",
+    "参数必须是 object",
+    "未知工具",
+    "Tool 已存在：echo",
+    "Tool echo failed: ",
+    "Tool missing failed: 未知工具",
+)
+
+
+def test_the_06_contract_spells_every_literal_message_of_its_tests(real_course: Course) -> None:
+    """A deliberate 06 example (what a learner of a real chapter reads): does contract-06.md spell every literal
+    message the 06 focused tests expect, byte for byte, and the form of the first red?"""
+    checkpoint = real_course.checkpoint("06")
+    assert checkpoint.contract is not None
+    contract = (real_course.root / checkpoint.contract).read_text(encoding="utf-8")
+    tests = "".join(
+        (real_course.root / name).read_text(encoding="utf-8") for name in checkpoint.focused_tests
+    )
+    for literal in LITERALS_06:
+        assert literal in tests and literal in contract, literal
+    assert "Lab 6.1 not implemented: object_schema" in contract
