@@ -36,7 +36,7 @@ def test_check_from_a_subfolder_shows_the_blocker_and_where_to_edit(starter_fold
     assert done.returncode == 1
     out = done.stdout
     row = next(line for line in out.splitlines() if line.startswith("1.2 "))
-    assert "blocked by 1.1" in row and "0/2" in row
+    assert "blocked by 1.1" in row and "0/3" in row
     # One of 1.2's tests stops on 1.1's stub, so the next step is the blocker's red, not 1.2's.
     assert "next: Lab 1.1 (failing) — Lab 1.1 not implemented: Counter.add" in out
     assert "edit: fx_course/counter.py:" in out and "(Counter.add)" in out

@@ -6,6 +6,7 @@ solution green with the parent's tests, starter red on its own labs only, first 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -121,7 +122,29 @@ def test_practice_from_carries_the_learners_own_transfer_exercise(
     for relative in parent.solution_only:
         assert (made / relative).read_text(encoding="utf-8") == "# my own transfer work\n"
     meta = json.loads((made / META_PATH).read_text(encoding="utf-8"))
-    assert meta["from"]["files"] == [*parent.teaching_files, *parent.solution_only]
+    inherited = [rel for rel in child.inherited_files if (mine / rel).is_file()]
+    assert meta["from"]["files"] == [*inherited, *parent.solution_only]
+    assert meta["from"]["replaced"] == [
+        rel for rel in parent.teaching_files if rel not in child.inherited_files
+    ]
+
+
+def test_a_file_the_next_chapter_changes_comes_from_the_course_and_is_named(
+    tmp_path: Path, course: Course, child: Checkpoint
+) -> None:
+    """When the next chapter changes one of the learner's files, is it left out of the carry and listed?"""
+    parent = course.parent_of(child)
+    assert parent is not None
+    changed = parent.teaching_files[0]
+    assert changed in child.inherited_files  # the fixture's child keeps it; pretend the chapter changes it
+    rewritten = dataclasses.replace(
+        child, inherited_files=tuple(rel for rel in child.inherited_files if rel != changed)
+    )
+    mine = practice.create(course, parent, tmp_path / "mine")
+    carried, replaced = lineage.carried_and_replaced(parent, rewritten, mine, ["earlier/own.py"])
+    assert changed not in carried and changed in replaced
+    assert "earlier/own.py" in replaced  # carried in by the learner's own earlier --from: theirs too
+    assert set(carried) == {rel for rel in rewritten.inherited_files if (mine / rel).is_file()}
 
 
 def test_practice_from_a_folder_of_the_wrong_checkpoint_is_refused(tmp_path: Path, child: Checkpoint) -> None:
