@@ -103,13 +103,22 @@ def test_every_lab_has_focused_tests(real_course: Course, each_checkpoint: Check
 
 
 def _signatures(path: Path) -> dict[str, str]:
-    """Every function and class of a module: its arguments (annotations included) and docstring."""
+    """Every module- and class-level function and class: its arguments (annotations included) and docstring.
+
+    A helper nested inside a lab's body belongs to that body, which the starter leaves to the learner.
+    """
     found = {}
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            args = ast.unparse(node.args) if not isinstance(node, ast.ClassDef) else ""
-            returns = ast.unparse(node.returns) if not isinstance(node, ast.ClassDef) and node.returns else ""
-            found[node.name] = f"({args}) -> {returns} {ast.get_docstring(node)}"
+    scopes: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"))]
+    while scopes:
+        for node in ast.iter_child_nodes(scopes.pop()):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                args = ast.unparse(node.args) if not isinstance(node, ast.ClassDef) else ""
+                returns = (
+                    ast.unparse(node.returns) if not isinstance(node, ast.ClassDef) and node.returns else ""
+                )
+                found[node.name] = f"({args}) -> {returns} {ast.get_docstring(node)}"
+                if isinstance(node, ast.ClassDef):
+                    scopes.append(node)
     return found
 
 

@@ -96,7 +96,8 @@ def test_practice_from_writes_the_metadata_once_with_the_carried_files_and_their
     assert meta["from"] == {
         "folder": str(mine.resolve()),
         "checkpoint": parent.id,
-        "files": list(parent.teaching_files),
+        "files": [rel for rel in child.inherited_files if (mine / rel).is_file()],
+        "replaced": [rel for rel in parent.teaching_files if rel not in child.inherited_files],
     }
     for relative in parent.teaching_files:
         assert meta["files"][relative] == sha256_file(made / relative) == sha256_file(mine / relative)

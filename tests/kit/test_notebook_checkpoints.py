@@ -23,7 +23,7 @@ def course(real_course: Course) -> Course:
 
 # Read at collection time so that each checkpoint with a notebook gets its own tests.
 WITH_NOTEBOOK = [c.id for c in manifest.load().checkpoints if c.notebook]
-BOX = re.compile(r"^Lab \S+ 未完成：\S+ · pi_course/\w+\.py:\d+ · pi-course hint \S+$")
+BOX = re.compile(r"^Lab \S+ 未完成：\S+ · pi_course/[\w/]+\.py:\d+ · pi-course hint \S+$")
 PROGRESS_ROW = re.compile(r"^\s+(\S+)\s+\d+/\d+\s+(\S+)", re.MULTILINE)
 
 
@@ -121,6 +121,8 @@ def test_stored_outputs_are_fresh(cp: Checkpoint, stored: NotebookNode, repo_run
 @pytest.mark.slow
 def test_starter_errors_are_one_line_lab_boxes(path: Path, course: Course, cp: Checkpoint) -> None:
     """On the starter, is every error an expected lab error in a tagged cell, shown as one line, not a traceback?"""
+    if cp.observation:
+        pytest.skip(f"{cp.id} is an observation checkpoint: its starter is its target, with no lab to show")
     starter = course.root / cp.starter
     assert nbrun.notebook_errors(path, starter, package=course.package, allow_lab_errors=True) == []
     executed = nbrun.execute(nbrun.load(path), cwd=starter.resolve(), env=nbrun.kernel_env(starter))
@@ -136,6 +138,8 @@ def test_practice_run_shows_its_own_code_and_no_lab_of_its_own_done(
     fresh_practice: Path, path: Path, cp: Checkpoint
 ) -> None:
     """Run in a fresh practice folder, does it name that folder, never `solutions/`, no own lab done, the parent's done?"""
+    if cp.observation:
+        pytest.skip(f"{cp.id} is an observation checkpoint: every step is done from the start, by design")
     executed = nbrun.execute(
         nbrun.load(fresh_practice / path.name), cwd=fresh_practice, env=nbrun.kernel_env(None)
     )
