@@ -245,7 +245,7 @@ def observation_guide(course: Course, checkpoint: Checkpoint, notebook: str | No
         "",
         f"**{checkpoint.title}**",
         "",
-        "这是一个**观察章节**：没有要你实现的函数。这个文件夹里的 `pi_course` 就是本检查点的目标状态，",
+        f"这是一个**观察章节**：没有要你实现的函数。这个文件夹里的 `{course.package}` 就是本检查点的目标状态，",
         "`python -m pytest` 从一开始就是全绿。你要做的是：先预测，再运行，然后故意把它弄坏，看哪条测试抓住了它。",
         "",
         *([f"测试核对的每个名字和每条消息，都写在 [{CONTRACT}]({CONTRACT}) 里。", ""] if contract else []),
