@@ -124,6 +124,17 @@ def function_lines(source: str, name: str) -> range:
 _mypy_runs: dict[str, MypyReport] = {}
 
 
+def mypy_cache_options() -> list[str]:
+    """Keep mypy's cache in a practice folder's .pi-course/: the standard library is checked once, not per run.
+
+    Anywhere else (verify, grading) every run starts cold and writes nothing.
+    """
+    state = Path(__file__).resolve().parents[1] / ".pi-course"
+    if state.is_dir() and os.access(state, os.W_OK):
+        return [f"--cache-dir={state / 'mypy-cache'}"]
+    return ["--no-incremental", f"--cache-dir={os.devnull}"]
+
+
 def mypy_report() -> MypyReport:
     """Run mypy once per version of the learner's package on a copy holding events.py and the probe."""
     package = events_source().parents[1]
@@ -147,8 +158,7 @@ def mypy_report() -> MypyReport:
                 "-m",
                 "mypy",
                 "--config-file=",
-                "--no-incremental",
-                f"--cache-dir={os.devnull}",
+                *mypy_cache_options(),
                 "--no-error-summary",
                 "--hide-error-context",
                 "--no-color-output",
