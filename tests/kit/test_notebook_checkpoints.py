@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import notebook_runs
 import pytest
 from nbformat import NotebookNode
 from pi_course_kit.core import manifest
@@ -123,9 +124,10 @@ def test_starter_errors_are_one_line_lab_boxes(path: Path, course: Course, cp: C
     """On the starter, is every error an expected lab error in a tagged cell, shown as one line, not a traceback?"""
     if cp.observation:
         pytest.skip(f"{cp.id} is an observation checkpoint: its starter is its target, with no lab to show")
-    starter = course.root / cp.starter
-    assert nbrun.notebook_errors(path, starter, package=course.package, allow_lab_errors=True) == []
-    executed = nbrun.execute(nbrun.load(path), cwd=starter.resolve(), env=nbrun.kernel_env(starter))
+    # The starter's run is shared with the well-formedness and browser tests: executed once per session.
+    executed = notebook_runs.executed(cp.id, "starter")
+    assert nbrun.validation_errors(executed) == []
+    assert nbrun.cell_errors(executed, allow_lab_errors=True, name=path.name) == []
     errors = [out for cell in code_cells(executed) for out in cell.outputs if out.output_type == "error"]
     assert errors, "the starter's unfinished labs should show up"
     for error in errors:
