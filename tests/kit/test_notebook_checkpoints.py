@@ -47,9 +47,9 @@ def stored(path: Path) -> NotebookNode:
 
 
 @pytest.fixture(scope="module")
-def repo_run(path: Path) -> NotebookNode:
-    """The notebook run as a reader of the repository runs it (the solution)."""
-    return nbrun.repo_run(path)
+def repo_run(cp: Checkpoint) -> NotebookNode:
+    """The notebook run as a reader of the repository runs it (the solution); shared across test files."""
+    return notebook_runs.repo_run(cp.id)
 
 
 @pytest.fixture(scope="module")
@@ -136,15 +136,11 @@ def test_starter_errors_are_one_line_lab_boxes(path: Path, course: Course, cp: C
 
 
 @pytest.mark.slow
-def test_practice_run_shows_its_own_code_and_no_lab_of_its_own_done(
-    fresh_practice: Path, path: Path, cp: Checkpoint
-) -> None:
+def test_practice_run_shows_its_own_code_and_no_lab_of_its_own_done(path: Path, cp: Checkpoint) -> None:
     """Run in a fresh practice folder, does it name that folder, never `solutions/`, no own lab done, the parent's done?"""
     if cp.observation:
         pytest.skip(f"{cp.id} is an observation checkpoint: every step is done from the start, by design")
-    executed = nbrun.execute(
-        nbrun.load(fresh_practice / path.name), cwd=fresh_practice, env=nbrun.kernel_env(None)
-    )
+    fresh_practice, executed = notebook_runs.practice_run(cp.id)
     cells = code_cells(executed)
     assert f"练习目录：{fresh_practice.name}" in output_text(cells[0])
     assert all("solutions/" not in output_text(cell) for cell in cells)

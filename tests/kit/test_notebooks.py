@@ -9,13 +9,13 @@ import sys
 import types
 from pathlib import Path
 
+import notebook_runs
 import pytest
 from nbformat import NotebookNode
 from pi_course_kit import cli
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.staging import stage_tree
-from pi_course_kit.learner import practice
 from pi_course_kit.notebook import helpers as nbhelp
 from pi_course_kit.notebook import nbrun
 from pi_course_kit.teaching import adapters
@@ -50,19 +50,15 @@ def stored(notebook_path: Path) -> NotebookNode:
 
 
 @pytest.fixture(scope="session")
-def repo_executed(notebook_path: Path) -> NotebookNode:
+def repo_executed(checkpoint: Checkpoint) -> NotebookNode:
     """The notebook run as a reader of the repository runs it: kernel in notebooks/, no override."""
-    return nbrun.repo_run(notebook_path)
+    return notebook_runs.repo_run(checkpoint.id)
 
 
 @pytest.fixture(scope="session")
-def practice_executed(
-    course: Course, checkpoint: Checkpoint, notebook_path: Path, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, NotebookNode]:
+def practice_executed(checkpoint: Checkpoint) -> tuple[Path, NotebookNode]:
     """A fresh practice folder made by `pi-course practice`, its notebook run from that folder's cwd."""
-    folder = practice.create(course, checkpoint, tmp_path_factory.mktemp("practice") / "p06")
-    executed = nbrun.execute(nbrun.load(folder / notebook_path.name), cwd=folder, env=nbrun.kernel_env(None))
-    return folder, executed
+    return notebook_runs.practice_run(checkpoint.id)
 
 
 def write_small_notebook(path: Path, *cells: tuple[str, bool]) -> None:
