@@ -125,13 +125,21 @@ _mypy_runs: dict[str, MypyReport] = {}
 
 
 def mypy_cache_options() -> list[str]:
-    """Keep mypy's cache in a practice folder's .pi-course/: the standard library is checked once, not per run.
+    """Where mypy may keep its cache, so that the standard library is analysed once, not on every run.
 
-    Anywhere else (verify, grading) every run starts cold and writes nothing.
+    The kit's own runs (check, verify, notebooks) name a cache in PI_COURSE_MYPY_CACHE; a practice
+    folder keeps one in its .pi-course/. Anywhere else (a graded copy) every run starts cold and
+    writes nothing: a cache left there could speak for the next learner's code.
     """
+    named = os.environ.get("PI_COURSE_MYPY_CACHE", "")
     state = Path(__file__).resolve().parents[1] / ".pi-course"
-    if state.is_dir() and os.access(state, os.W_OK):
-        return [f"--cache-dir={state / 'mypy-cache'}"]
+    for folder in ([Path(named)] if named else []) + ([state / "mypy-cache"] if state.is_dir() else []):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(folder, os.W_OK):
+            return [f"--cache-dir={folder}"]
     return ["--no-incremental", f"--cache-dir={os.devnull}"]
 
 

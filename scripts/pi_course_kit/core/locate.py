@@ -57,3 +57,9 @@ def course_root(
 def course_manifest(explicit: Path | None = None, *, need_solutions: bool = False) -> Path:
     """The course.toml that `course_root` finds."""
     return course_root(explicit, need_solutions=need_solutions) / MANIFEST
+
+
+def kit_cache() -> Path:
+    """The kit's own cache on this machine: $XDG_CACHE_HOME/pi-course, or ~/.cache/pi-course."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pi-course"

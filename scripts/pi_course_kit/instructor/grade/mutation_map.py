@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from pi_course_kit.core.files import write_text_atomically
+from pi_course_kit.core.locate import kit_cache
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.mutate import MutationError, run_mutation
 
@@ -35,8 +35,7 @@ def digest(course: Course, checkpoint: Checkpoint) -> str:
 
 def default_cache() -> Path:
     """Where maps are cached: $XDG_CACHE_HOME/pi-course (or ~/.cache/pi-course)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pi-course"
+    return kit_cache()
 
 
 def compute(course: Course, checkpoint: Checkpoint, names: list[str] | None = None) -> MutationMap:
@@ -50,7 +49,7 @@ def compute(course: Course, checkpoint: Checkpoint, names: list[str] | None = No
         except MutationError:
             continue  # `pi-course verify` reports a broken mutation; the report just goes without it
         for test in outcome.catches:
-            caught.setdefault(str(test["nodeid"]), []).append((len(outcome.catches), mutation.name))
+            caught.setdefault(test.nodeid, []).append((len(outcome.catches), mutation.name))
     return {node: [name for _, name in sorted(found)] for node, found in caught.items()}
 
 
