@@ -21,10 +21,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pi_course_kit.core.runner import JSON_ENV
 from pi_course_kit.instructor.grade import seccomp
@@ -43,6 +45,8 @@ ROOTS = ("pytest", "pytest-timeout", "hypothesis")
 SYSTEM = ("/usr", "/etc/ld.so.cache", "/etc/alternatives")
 FIRST_UID, UID_SLOTS = 200_000, 4096
 SCRATCH_BYTES = 64 * 1024 * 1024
+CAP_SYS_ADMIN = 21  # linux/capability.h
+MFD_NOEXEC_SEAL = 0x0008  # linux/memfd.h, Linux 6.3; not in Python's os before 3.12
 
 FIX = {
     "missing": "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`)",
@@ -53,9 +57,11 @@ FIX = {
         "run it with a seccomp profile that allows clone(CLONE_NEWUSER), or grade as root with CAP_SYS_ADMIN"
     ),
     "root": (
-        "running as root without CAP_SYS_ADMIN (a default container?): bwrap cannot build namespaces, and learner "
-        "code must never run as uid 0; grade as a non-root user (bwrap then uses a user namespace), or give the "
-        "container CAP_SYS_ADMIN (e.g. `docker run --cap-add SYS_ADMIN --security-opt seccomp=unconfined`)"
+        "as root, bwrap builds the namespaces itself when it has CAP_SYS_ADMIN; without it (a default "
+        "container) the grader drops to an unprivileged uid and bwrap needs an unprivileged user namespace, "
+        "which is blocked here; allow them (`sysctl kernel.unprivileged_userns_clone=1`, a seccomp profile "
+        "that allows clone(CLONE_NEWUSER)), or give the container CAP_SYS_ADMIN (e.g. "
+        "`docker run --cap-add SYS_ADMIN --security-opt seccomp=unconfined`)"
     ),
 }
 
@@ -142,6 +148,30 @@ def interpreter() -> tuple[Path, Path]:
     return Path(os.path.realpath(sys.executable)), Path(sys.base_prefix)
 
 
+@functools.cache
+def root_builds_namespaces() -> bool:
+    """Whether this process is root with CAP_SYS_ADMIN, so bwrap can build namespaces without a user one."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            found = next(line for line in status if line.startswith("CapEff:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(found.split()[1], 16) >> CAP_SYS_ADMIN & 1)
+
+
+def as_user(uid: int | None) -> int | None:
+    """The uid bwrap itself runs as: the slot's when root lacks CAP_SYS_ADMIN (a default container), else None.
+
+    Root without CAP_SYS_ADMIN cannot build namespaces, and learner code must never run as uid 0:
+    the grader drops to the slot's unprivileged uid first and lets bwrap build an unprivileged user
+    namespace from there, as for a non-root instructor. That uid must reach what bwrap binds: the
+    interpreter (not under a closed /root), and the scratch folder (`scratch_group`).
+    """
+    return uid if uid is not None and not root_builds_namespaces() else None
+
+
 def _sandbox(
     work: Path,
     kit: Path | None,
@@ -158,10 +188,12 @@ def _sandbox(
     `seccomp_fd` holds the system-call filter (seccomp.py), for bwrap to load before anything runs.
     """
     python, base = interpreter()
+    delegated = as_user(uid) is not None
+
     argv = [shutil.which("bwrap") or "bwrap", "--new-session", "--clearenv", "--seccomp", str(seccomp_fd)]
     if one_run:
         argv.append("--die-with-parent")
-    if uid is None:
+    if uid is None or delegated:
         argv += ["--unshare-all", "--unshare-user", "--disable-userns"]
     else:
         # As root: no user namespace (its only mapped uid would be 0); learner code runs as `uid`.
@@ -227,7 +259,7 @@ def command(
     caps = ("CAP_SETUID", "CAP_SETGID")
     argv = _sandbox(work, kit, uid, caps, env, seccomp_fd, one_run=True, requires=requires)
     argv += ["--chdir", TREE]
-    if uid is not None:
+    if uid is not None and as_user(uid) is None:
         argv += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         argv += ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
     argv += [
@@ -270,34 +302,95 @@ def server_command(
 
 
 def run(
-    argv: Sequence[str], log: Path, wall_seconds: float, fds: Sequence[int] = ()
+    argv: Sequence[str],
+    log: int,
+    wall_seconds: float,
+    fds: Sequence[int] = (),
+    user: int | None = None,
+    work: Path | None = None,
 ) -> tuple[int, bool, float]:
-    """Run a sandbox command with output to `log`; kill the whole session at the wall time."""
+    """Run a sandbox command with output to the descriptor `log`; kill the whole session at the wall time."""
     started = time.perf_counter()
     timed_out = False
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            # bwrap stays PID 1 of the sandbox, and learner code of the same uid can read its
-            # /proc/1/environ: it must start with nothing of the grader's environment.
-            env={"PATH": "/usr/bin:/bin"},
-            pass_fds=tuple(fds),
-        )
-        try:
-            returncode = process.wait(timeout=wall_seconds)
-        except subprocess.TimeoutExpired:
-            timed_out, returncode = True, -signal.SIGKILL
-        finally:
-            # bwrap's PID namespace kills every process of the run when its init ends; killing the
-            # session also ends bwrap itself if it is still there.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    process = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        # bwrap stays PID 1 of the sandbox, and learner code of the same uid can read its
+        # /proc/1/environ: it must start with nothing of the grader's environment.
+        env={"PATH": "/usr/bin:/bin"},
+        pass_fds=tuple(fds),
+        **user_options(user, work),
+    )
+    try:
+        returncode = process.wait(timeout=wall_seconds)
+    except subprocess.TimeoutExpired:
+        timed_out, returncode = True, -signal.SIGKILL
+    finally:
+        # bwrap's PID namespace kills every process of the run when its init ends; killing the
+        # session also ends bwrap itself if it is still there.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
     return returncode, timed_out, time.perf_counter() - started
+
+
+_SCRATCH_LOCK = threading.Lock()
+
+
+def scratch_group(work: Path, uid: int) -> int:
+    """The group that may enter the scratch folder above a slot's `work` (when bwrap runs as a uid).
+
+    The scratch stays closed to every other local user: mode 0710, group the first slot's uid, which
+    every slot's bwrap gets as its one supplementary group, to reach its folder and the kit in it.
+    """
+    scratch = work.parent
+    with _SCRATCH_LOCK:
+        found = os.stat(scratch)
+        if found.st_gid != 0:
+            return found.st_gid
+        os.chown(scratch, 0, uid)
+        os.chmod(scratch, 0o710)
+        return uid
+
+
+def user_options(user: int | None, work: Path | None) -> dict[str, Any]:
+    """Popen's options that start bwrap as `user` (see `as_user`), with the scratch's group only."""
+    if user is None:
+        return {}
+    groups = [scratch_group(work, user)] if work is not None else []
+    return {"user": user, "group": user, "extra_groups": groups}
+
+
+def channel(name: str) -> int:
+    """A memory file for a run's records or output: the run holds no descriptor to a file on the host.
+
+    A host file the run could write to is a host file it could `fchmod` into a set-user-ID program
+    for any local user to execute (as the slot's uid under root, as the instructor without root). A
+    memory file has no path, belongs to the grader, and with MFD_NOEXEC_SEAL (Linux 6.3) can never be
+    made executable; the grader copies what it holds into a file of its own once the run is over.
+    """
+    try:
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | MFD_NOEXEC_SEAL)
+    except OSError:  # an older kernel: still no path, and as root still not the run's to chmod
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    # Reopened by the run through /proc/self/fd/N as another uid (root grading): readable and writable.
+    os.fchmod(fd, 0o666)
+    return fd
+
+
+def collect(fd: int, path: Path) -> None:
+    """Copy a channel's bytes into a new file of the grader's (mode 0600), replacing any there."""
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(target, 0o600)
+        os.lseek(fd, 0, os.SEEK_SET)
+        while chunk := os.read(fd, 1 << 20):
+            os.write(target, chunk)
+    finally:
+        os.close(target)
 
 
 def read_tail(log: Path, limit: int = 200_000) -> str:
@@ -323,22 +416,38 @@ def sandboxed(
 ) -> Sandboxed:
     """Run `python ARGS` in a fresh sandbox on `work`/tree; its records land in `out/report.jsonl`.
 
-    The record file is opened here and inherited as a descriptor (`/proc/self/fd/N` inside), so the
-    run can write that one file, capped by the file-size limit, and nothing else on the host's disk.
+    The records and the output go to memory files (`channel`) the run inherits (`/proc/self/fd/N`
+    inside), capped by the file-size limit; nothing on the host's disk is the run's to write or chmod.
     """
-    log = out / "output.log"
-    report = os.open(out / "report.jsonl", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    secure_tree(work, uid)
+    report, log = channel("pi-course-report"), channel("pi-course-output")
     rules = seccomp.descriptor()
     try:
-        if uid is not None:
-            os.fchown(report, uid, uid)
         run_env = {**env, JSON_ENV: f"/proc/self/fd/{report}"}
         argv = command(work, kit, args, limits, uid, run_env, rules, requires)
-        returncode, timed_out, seconds = run(argv, log, limits.wall_seconds, (report, rules))
+        user = as_user(uid)
+        returncode, timed_out, seconds = run(argv, log, limits.wall_seconds, (report, rules), user, work)
+        collect(report, out / "report.jsonl")
+        collect(log, out / "output.log")
     finally:
-        os.close(report)
-        os.close(rules)
-    return Sandboxed(returncode, timed_out, read_tail(log), BWRAP, seconds)
+        for fd in (report, log, rules):
+            os.close(fd)
+    return Sandboxed(returncode, timed_out, read_tail(out / "output.log"), BWRAP, seconds)
+
+
+def secure_tree(work: Path, uid: int | None) -> None:
+    """Close the staged tree to everyone but the run: mode 0700, owned by the slot's uid under root.
+
+    The copy holds the learner's code and the batch's disguised tests; no other local user may read
+    them (the scratch folder above is 0700 too). Inside, the tree is mounted read-only, so owning
+    it lets the run read it and nothing more. The files in it stay the grader's, readable.
+    """
+    tree = work / "tree"
+    if not tree.is_dir() or tree.is_symlink():
+        return
+    os.chmod(tree, 0o700)
+    if uid is not None:
+        os.chown(tree, uid, uid)
 
 
 def probe(scratch: Path, uid: int | None) -> Probe:
@@ -360,6 +469,8 @@ def probe(scratch: Path, uid: int | None) -> Probe:
     result = sandboxed(work, out, None, ["-c", check], Limits(wall_seconds=60), uid, {})
     if result.returncode == 0 and (out / "report.jsonl").read_text(encoding="utf-8") == "ok":
         who = f"as uid {uid} (root drops privileges)" if uid is not None else "in a user namespace"
+        if as_user(uid) is not None:
+            who = f"in a user namespace as uid {uid} (root without CAP_SYS_ADMIN drops privileges first)"
         return Probe(BWRAP, f"bubblewrap sandbox {who}: no network, allow-listed files, private /tmp")
     reason = result.output.strip().splitlines()[-1] if result.output.strip() else f"exit {result.returncode}"
     fix = FIX["root"] if uid is not None else FIX["userns"]

@@ -3,34 +3,39 @@
 The grader copies this file into the sandbox and starts it as PID 1 of the sandbox's PID namespace.
 It imports pytest and hypothesis once (trusted code only, never a learner's), then serves one run
 per request: it forks a child that drops to the slot's uid, applies the limits and runs pytest in the
-staged tree, so no learner pays for the interpreter start and those imports. Between two learners
-it makes sure nothing of the first survives: every other process of the sandbox is killed and reaped,
-the private /tmp is emptied, and a run that leaves System V IPC objects, POSIX message queues or
-changes this process's limits makes the server quit, so the grader builds a fresh sandbox.
+staged tree, so no learner pays for the interpreter start and those imports. While a run lasts, it
+sums the CPU time and memory of all the run's processes and kills them all when the sum exceeds the
+run's limits. Between two learners it makes sure nothing of the first survives: every other process
+of the sandbox is killed and reaped, the private /tmp is emptied, and a run that leaves System V IPC
+objects or POSIX message queues, hides anything from the check, or changes this process's state
+makes the server quit, so the grader builds a fresh sandbox.
 
 Protocol (a SOCK_SEQPACKET socket whose descriptor is the one argument, one JSON object per message):
 - server -> grader, once: {"ready": true}
 - grader -> server, per run, with two descriptors (report file, output log) attached:
   {"cwd", "args", "uid", "limits", "wall_seconds", "report_env"}
-- server -> grader: {"returncode", "timed_out", "seconds", "fresh"}; "fresh": false means the server
-  is about to exit and the grader must start a new sandbox before the next run.
+- server -> grader: {"returncode", "timed_out", "seconds", "fresh", "stopped"}; "fresh": false means
+  the server is about to exit and the grader must start a new sandbox before the next run; "stopped"
+  says which limit of the whole run ("wall", "cpu", "memory") ended it, "" when it ended by itself.
 Why by hand: no kept library forks a preloaded interpreter into a sandbox it shares with nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import gc
 import importlib
 import json
 import os
 import pkgutil
+import platform
 import random
 import resource
 import select
 import signal
 import socket
-import stat
 import sys
 import time
 from typing import Any
@@ -47,7 +52,17 @@ RLIMITS = {
     "file_bytes": resource.RLIMIT_FSIZE,
     "open_files": resource.RLIMIT_NOFILE,
 }
-BASELINE: list[object] = []  # state() once the server is ready
+# ioprio_get(2) by architecture (asm/unistd.h); IOPRIO_WHO_PROCESS with 0 is this process.
+IOPRIO_GET, IOPRIO_WHO_PROCESS = {"x86_64": 252, "aarch64": 31}, 1
+STATUS_FIELDS = ("Uid:", "Gid:", "Groups:", "Cap", "NoNewPrivs:", "Seccomp:", "Cpus_allowed_list:")
+SHARED_FOLDERS = ("/tmp", "/dev/mqueue", "/dev/shm")
+BASELINE: list[object] = []
+SHARED: list[int] = []  # own_memory() once the server is ready
+POLL_SECONDS = 0.05
+STOPPED = {
+    "cpu": "the run's processes together used more than {cpu_seconds} s of CPU time",
+    "memory": "the run's processes together held more than {memory_bytes} bytes of memory",
+}  # state() once the server is ready
 # Modules every run imports: loaded once here, before any learner code exists in this process.
 PRELOAD = ("pytest", "hypothesis", "hypothesis.strategies", "asyncio", "pdb", "unittest")
 
@@ -69,16 +84,62 @@ def preload() -> None:
     gc.freeze()
 
 
+def ioprio() -> int:
+    """This process's I/O priority (`ioprio_get`, which the standard library does not wrap)."""
+    number = IOPRIO_GET.get(platform.machine())
+    if number is None:
+        return -1
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.syscall(number, IOPRIO_WHO_PROCESS, 0))
+
+
+def _read(path: str) -> str:
+    """A small /proc file of this process; the error's name when it cannot be read (then it differs)."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read()
+    except OSError as error:
+        return f"unreadable: {error.errno}"
+
+
+def _look(path: str) -> tuple[int, int, int] | str:
+    """Mode and owner of a folder every run shares (/tmp, /dev/mqueue); a run may chmod them."""
+    try:
+        found = os.lstat(path)
+    except OSError as error:
+        return f"unreadable: {error.errno}"
+    return (found.st_mode, found.st_uid, found.st_gid)
+
+
 def state() -> list[object]:
-    """What a run could change about this process from outside (same uid): limits, priority, CPUs."""
+    """Everything about this process and the sandbox's shared folders that a run could change.
+
+    From outside, a process of the same uid may change its limits (prlimit), nice value, I/O
+    priority, CPUs and scheduler; the rest (umask, folder, environment, signal handlers and mask)
+    only this process can change, and is compared all the same, so no later learner inherits it.
+    """
     limits = [
         resource.getrlimit(getattr(resource, name)) for name in dir(resource) if name.startswith("RLIMIT_")
     ]
+    mask = os.umask(0o022)
+    os.umask(mask)
+    status = [line for line in _read("/proc/self/status").splitlines() if line.startswith(STATUS_FIELDS)]
     return [
         limits,
         os.getpriority(os.PRIO_PROCESS, 0),
+        ioprio(),
         sorted(os.sched_getaffinity(0)),
         os.sched_getscheduler(0),
+        os.sched_getparam(0).sched_priority,
+        _read("/proc/self/oom_score_adj"),
+        _read("/proc/self/timerslack_ns"),
+        status,
+        mask,
+        os.getcwd(),
+        dict(os.environ),
+        [signal.getsignal(number) for number in sorted(signal.valid_signals())],
+        sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        [_look(folder) for folder in SHARED_FOLDERS],
     ]
 
 
@@ -138,18 +199,78 @@ def child(request: dict[str, Any], report: int, log: int) -> int:
     return int(pytest.main(list(request["args"])))
 
 
-def wait(pid: int, wall_seconds: float) -> tuple[int, bool]:
-    """Wait for the child until the wall time; the exit status like subprocess's, and whether it timed out."""
+def usage() -> tuple[float, int, int]:
+    """CPU seconds, anonymous memory in bytes and number of every process of the sandbox but this one.
+
+    Between two runs the server ends every process, so whatever the PID namespace holds now is the
+    run's. CPU counts each process with the children it has reaped (`cutime`, `cstime`), so time
+    spent by processes already gone still counts. /proc/PID/stat and statm need no ptrace rights.
+    """
+    ticks, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+    cpu = memory = count = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name == "1":
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{name}/statm", "rb") as handle:
+                pages = handle.read().split()
+            used = sum(int(field) for field in fields[11:15])  # utime, stime, cutime, cstime
+            resident = max(0, int(pages[1]) - int(pages[2])) * page  # resident minus file-backed
+        except (OSError, ValueError, IndexError):  # gone meanwhile: its time is in its parent's cutime
+            continue
+        cpu, memory, count = cpu + used, memory + resident, count + 1
+    return cpu / ticks, memory, count
+
+
+def own_memory() -> int:
+    """This process's anonymous resident memory: what each forked process may share with it."""
+    with open("/proc/self/statm", "rb") as handle:
+        pages = handle.read().split()
+    return max(0, int(pages[1]) - int(pages[2])) * os.sysconf("SC_PAGE_SIZE")
+
+
+def over(limits: dict[str, Any]) -> str:
+    """Which limit the run's processes exceed together ("cpu", "memory"), or "" when none."""
+    cpu, memory, count = usage()
+    if "cpu_seconds" in limits and cpu > float(limits["cpu_seconds"]):
+        return "cpu"
+    # Each process beyond the first may hold copy-on-write pages of this server's that count as its
+    # own: allow that much per process, no more.
+    shared = SHARED[0] if SHARED else 0
+    if "memory_bytes" in limits and memory > int(limits["memory_bytes"]) + max(0, count - 1) * shared:
+        return "memory"
+    return ""
+
+
+def wait(pid: int, wall_seconds: float, limits: dict[str, Any]) -> tuple[int, str]:
+    """Wait for the child, watching the run as one whole; its exit status, and why it was stopped.
+
+    The limits of `setrlimit` hold per process; here the run's processes are summed (CPU time and
+    memory, polled), and the whole run is killed when the sum exceeds the run's limit: "wall",
+    "cpu" or "memory" (empty when it ended by itself).
+    """
     handle = os.pidfd_open(pid)
+    deadline = time.monotonic() + wall_seconds
+    stopped = ""
     try:
-        ready, _, _ = select.select([handle], [], [], wall_seconds)
+        while not stopped:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                stopped = "wall"
+                break
+            ready, _, _ = select.select([handle], [], [], min(POLL_SECONDS, left))
+            if ready:
+                break
+            stopped = over(limits)
     finally:
         os.close(handle)
-    timed_out = not ready
-    if timed_out:
-        os.kill(pid, signal.SIGKILL)
+    if stopped:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(-1, signal.SIGKILL)  # every process of the run at once, not only the first
     _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), timed_out
+    return os.waitstatus_to_exitcode(status), stopped
 
 
 def end_everything() -> bool:
@@ -170,55 +291,81 @@ def end_everything() -> bool:
 
 
 def empty(folder: str) -> bool:
-    """Remove everything below `folder` without following links; False when there is too much of it."""
-    removed = 0
-    for root, dirs, files in os.walk(folder, topdown=False):
-        for name in files + dirs:
-            path = os.path.join(root, name)
-            removed += 1
-            if removed > MAX_TMP_ENTRIES:
-                return False
-            mode = os.lstat(path).st_mode
-            if stat.S_ISDIR(mode):
-                os.rmdir(path)
+    """Remove everything below `folder`; False when there is too much of it or it cannot be looked at.
+
+    Without recursion and without paths (a run may nest folders thousands deep, far past the
+    interpreter's recursion limit and PATH_MAX): one descriptor at a time, going down into the first
+    folder that is not empty and back up through `..`. Nothing else runs in the sandbox by now, so
+    nothing can move a folder while this walks. Links are removed, never followed.
+    """
+    removed = depth = 0
+    here = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        while True:
+            with os.scandir(here) as listing:
+                names = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
+            below = None
+            for name, is_folder in names:
+                removed += 1
+                if removed > MAX_TMP_ENTRIES:
+                    return False
+                if not is_folder:
+                    os.unlink(name, dir_fd=here)
+                    continue
+                try:
+                    os.rmdir(name, dir_fd=here)
+                    continue
+                except OSError as error:
+                    if error.errno != errno.ENOTEMPTY:
+                        raise
+                # A run may have closed it (mode 000): open it for this walk, then go down.
+                os.chmod(name, 0o700, dir_fd=here)
+                below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=here)
+                removed -= 1  # counted again when its parent is listed anew
+                break
+            if below is not None:
+                depth += 1
+            elif depth == 0:  # back at `folder` itself, and it is empty: never above it
+                return True
             else:
-                os.unlink(path)
-    return True
-
-
-def open_folders(folder: str) -> None:
-    """Let the walk enter folders a run closed (mode 000) before they are removed."""
-    for root, dirs, _ in os.walk(folder, onerror=lambda error: None):
-        for name in dirs:
-            path = os.path.join(root, name)
-            if not os.path.islink(path):
-                os.chmod(path, 0o700)
+                below = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=here)
+                depth -= 1
+            os.close(here)
+            here = below
+    finally:
+        os.close(here)
 
 
 def leftovers() -> bool:
-    """Whether the run left System V IPC objects or POSIX message queues behind."""
+    """Whether the run left System V IPC objects or POSIX message queues behind, or hid them.
+
+    A table or folder this process cannot read (a run chmodded /dev/mqueue) counts as a leftover:
+    what cannot be looked at is never taken for empty.
+    """
     for kind in ("shm", "msg", "sem"):
         try:
             with open(f"/proc/sysvipc/{kind}", encoding="utf-8") as table:
                 if len(table.read().strip().splitlines()) > 1:
                     return True
         except OSError:
-            continue
+            return True
     try:
         return bool(os.listdir("/dev/mqueue"))
     except OSError:
-        return False
+        return True
 
 
 def clean_up() -> bool:
-    """After a run: nothing of it may reach the next learner. True when this server may serve again."""
-    alone = end_everything()
+    """After a run: nothing of it may reach the next learner. True when this server may serve again.
+
+    Whatever goes wrong while looking (a tree that defeats the walk, a folder that cannot be read,
+    anything at all) leaves the slot dirty: the server quits and the next learner gets a new sandbox.
+    """
     try:
-        open_folders("/tmp")
-        emptied = empty("/tmp")
-    except OSError:
-        emptied = False
-    return alone and emptied and not leftovers() and state() == BASELINE
+        alone = end_everything()
+        return alone and empty("/tmp") and not leftovers() and state() == BASELINE
+    except Exception:
+        return False
 
 
 def serve(channel: socket.socket) -> int:
@@ -247,11 +394,18 @@ def serve(channel: socket.socket) -> int:
                 os.write(2, f"pi-course-sandbox: {type(error).__name__}: {error}\n".encode())
                 return SETUP_FAILED
         os.close(report)
-        os.close(log)
-        returncode, timed_out = wait(pid, float(request["wall_seconds"]))
+        try:
+            returncode, stopped = wait(pid, float(request["wall_seconds"]), request["limits"])
+            if stopped in STOPPED:  # in the run's own output, where the grader shows a crash's reason
+                reason = STOPPED[stopped].format(**request["limits"])
+                with contextlib.suppress(OSError):
+                    os.write(log, f"\npi-course-sandbox: stopped: {reason}\n".encode())
+        finally:
+            os.close(log)
         fresh = clean_up()
         seconds = time.perf_counter() - started
-        send(channel, {"returncode": returncode, "timed_out": timed_out, "seconds": seconds, "fresh": fresh})
+        answer = {"returncode": returncode, "timed_out": stopped in ("wall", "cpu"), "seconds": seconds}
+        send(channel, {**answer, "fresh": fresh, "stopped": stopped})
         if not fresh:
             return 0
 
@@ -265,6 +419,7 @@ def main() -> int:
     channel = socket.socket(fileno=int(sys.argv[1]))
     preload()
     BASELINE[:] = state()
+    SHARED[:] = [own_memory()]
     return serve(channel)
 
 

@@ -57,6 +57,8 @@ class Sandboxed:
     output: str
     level: str
     seconds: float
+    #: Which limit of the whole run stopped it ("wall", "cpu", "memory": see forkserver.wait), or "".
+    stopped: str = ""
 
     @property
     def setup_failed(self) -> bool:

@@ -1,9 +1,16 @@
-"""The grading sandbox's system-call filter: no kernel keyrings for learner code.
+"""The grading sandbox's system-call filter: no kernel keyrings and no new user namespaces.
 
 Keyrings are the one kernel store that namespaces do not separate. Without this filter a run can
 read keys from the grader's session keyring, and keys it adds to its uid's keyrings are found by
 every later learner graded with that uid, in another sandbox or another batch. Seccomp denies the
 three keyring calls (`add_key`, `request_key`, `keyctl`) with EPERM, like Docker's default profile.
+
+A user namespace of its own gives a process uid 0 and every capability inside it: a large attack
+surface of the kernel, and root-like powers over anything the namespace owns. `bwrap
+--disable-userns` only exists where bwrap made a user namespace (not as root), so the filter denies
+it in every mode: `unshare` and `clone` with CLONE_NEWUSER fail with EPERM, and `clone3`, whose
+flags sit in memory a filter cannot read, fails with ENOSYS, so the C library falls back to `clone`
+(as Docker's profile does).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import functools
 import os
 
 KEYRING_CALLS = ("add_key", "request_key", "keyctl")
+CLONE_NEWUSER = 0x10000000  # linux/sched.h
 
 
 class FilterUnavailable(Exception):
@@ -35,6 +43,10 @@ def program() -> bytes:
     rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
     for call in KEYRING_CALLS:
         rules.add_rule(pyseccomp.ERRNO(errno.EPERM), call)
+    new_user = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)
+    for call in ("unshare", "clone"):  # the flags are the first argument of both on x86_64 and arm64
+        rules.add_rule(pyseccomp.ERRNO(errno.EPERM), call, new_user)
+    rules.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
     # Into a memory file, not a pipe: a pipe would block libseccomp once the program outgrew its buffer.
     with os.fdopen(os.memfd_create("pi-course-seccomp", os.MFD_CLOEXEC), "w+b") as compiled:
         rules.export_bpf(compiled)

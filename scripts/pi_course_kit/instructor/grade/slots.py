@@ -72,10 +72,10 @@ class SlotServer:
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         rules = seccomp.descriptor()
-        argv = bwrap.server_command(
-            self.work, self.kit, self.uid, self.env, theirs.fileno(), rules, self.requires
-        )
         try:
+            argv = bwrap.server_command(
+                self.work, self.kit, self.uid, self.env, theirs.fileno(), rules, self.requires
+            )
             with self.log.open("ab") as sink:
                 self.process = subprocess.Popen(
                     argv,
@@ -85,6 +85,7 @@ class SlotServer:
                     start_new_session=True,
                     env={"PATH": "/usr/bin:/bin"},
                     pass_fds=(theirs.fileno(), rules),
+                    **bwrap.user_options(bwrap.as_user(self.uid), self.work),
                 )
         finally:
             theirs.close()
@@ -116,31 +117,36 @@ class SlotServer:
         """Run `python -m pytest ARGS` on the staged tree; records land in `out/report.jsonl`."""
         channel = self.ready()
         log_path = out / "output.log"
-        report = os.open(out / "report.jsonl", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        bwrap.secure_tree(self.work, self.uid)
+        # Memory files, never host files: the run must hold no descriptor it could fchmod into a
+        # set-user-ID program on the host (see bwrap.channel).
+        report, log = bwrap.channel("pi-course-report"), bwrap.channel("pi-course-output")
         try:
-            if self.uid is not None:
-                os.fchown(report, self.uid, self.uid)
             request = {
                 "cwd": bwrap.TREE,
                 "args": list(args),
-                "uid": self.uid,
+                # Where bwrap itself runs as the slot's uid (root without CAP_SYS_ADMIN), the server is
+                # that uid already and has nothing to drop.
+                "uid": None if bwrap.as_user(self.uid) is not None else self.uid,
                 "limits": {k: int(v) for k, v in asdict(limits).items() if k != "wall_seconds"},
                 "wall_seconds": limits.wall_seconds,
                 "report_env": JSON_ENV,
             }
             socket.send_fds(channel, [json.dumps(request).encode("utf-8")], [report, log])
+            channel.settimeout(limits.wall_seconds + ANSWER_GRACE)
+            try:
+                answer = channel.recv(1 << 16)
+            except OSError:  # a timeout included: the server hung
+                answer = b""
+            if not answer:
+                self.stop()  # every process that could still write to the channels ends here
+            bwrap.collect(report, out / "report.jsonl")
+            bwrap.collect(log, log_path)
         finally:
             os.close(report)
             os.close(log)
-        channel.settimeout(limits.wall_seconds + ANSWER_GRACE)
-        try:
-            answer = channel.recv(1 << 16)
-        except OSError:  # a timeout included: the server hung
-            answer = b""
         if not answer:
             # The server died or hung under this run: the run counts as lost (a crash), the next gets a new sandbox.
-            self.stop()
             return Sandboxed(LOST, False, bwrap.read_tail(log_path), bwrap.BWRAP, limits.wall_seconds)
         ended = json.loads(answer)
         if not ended.get("fresh"):
@@ -151,6 +157,7 @@ class SlotServer:
             bwrap.read_tail(log_path),
             bwrap.BWRAP,
             float(ended["seconds"]),
+            str(ended.get("stopped", "")),
         )
 
     def stop(self) -> None:
