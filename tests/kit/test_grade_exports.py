@@ -25,7 +25,7 @@ from pi_course_kit import cli
 from pi_course_kit.core import manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.grade import feedback, gradebook, junit, roster, workflow_yaml
-from pi_course_kit.instructor.grade.grader import LabScore, LearnerRecord
+from pi_course_kit.instructor.grade.gradebook import LabScore, LearnerRecord, TestVerdict
 from pi_course_kit.learner import practice
 from rich.cells import cell_len
 
@@ -161,10 +161,7 @@ def test_xml_illegal_characters_in_a_failure_message_leave_the_file_well_formed(
     record = LearnerRecord("odd\uffffname", "/odd", "partial", a1.id, seconds=0.5)
     record.labs = [LabScore(lab.id, lab.title, lab.optional, 0, 1, "failing") for lab in a1.labs]
     record.labs[0].first_failure = "got '\uffff\x00\ud800' instead"
-    record.tests = [
-        {"nodeid": f"tests/test_x.py::test_{lab.marker}", "lab": lab.id, "outcome": "failed"}
-        for lab in a1.labs
-    ]
+    record.tests = [TestVerdict(f"tests/test_x.py::test_{lab.marker}", lab.id, "failed") for lab in a1.labs]
     path = tmp_path / "junit.xml"
     junit.write(path, fx, [record])
     assert list(schema.iter_errors(str(path))) == []
@@ -309,14 +306,54 @@ def test_the_terminal_table_lines_up_by_display_width_with_the_graded_labs_only(
 # -- YAML ------------------------------------------------------------------------------------------------
 
 
-def test_the_classroom_workflow_is_yaml_whatever_the_kit_requirement_holds(a1: Checkpoint) -> None:
-    """Does a --kit value with quotes, a colon and a newline stay one install command, the workflow intact?"""
-    kit = 'pi-course-kit @ git+https://example.com/kit.git"\nrun: rm -rf ~'
-    flow = yaml.safe_load(workflow_yaml.render(a1, kit, "picourse"))
+def test_the_classroom_workflow_is_yaml_whatever_the_install_script_holds(a1: Checkpoint) -> None:
+    """Does an install script with quotes, a colon and a newline stay one step's script, the workflow intact?"""
+    install = "python -m pip install --quiet 'kit @ git+https://example.com/kit.git\"'\nrun: rm -rf ~\n"
+    flow = yaml.safe_load(workflow_yaml.render(a1, install, "picourse"))
     steps = flow["jobs"]["run-autograding-tests"]["steps"]
-    assert len(steps) == 5 and steps[2]["run"].startswith("python -m pip install --quiet 'pi-course-kit @")
-    assert yaml.safe_load(workflow_yaml.render(a1, "pi-course-kit", "picourse"))["on"] == [
-        "push",
-        "repository_dispatch",
-        "workflow_dispatch",
-    ]
+    assert len(steps) == 5 and steps[2]["run"] == install
+    assert flow["on"] == ["push", "repository_dispatch", "workflow_dispatch"]
+
+
+# -- the deploy route: the container image and the Kubernetes Job ----------------------------------------
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def test_the_containerfile_pins_its_base_and_every_apt_package() -> None:
+    """Is the base a named Debian release and every apt package `name=exact-version` (hadolint DL3008)?"""
+    text = (DEPLOY / "Containerfile").read_text(encoding="utf-8")
+    assert re.search(r"^FROM python:3\.11-slim-(bookworm|trixie)$", text, re.MULTILINE)
+    install = re.search(r"apt-get install -y --no-install-recommends(.*?)&&", text, re.DOTALL)
+    assert install is not None
+    packages = install.group(1).replace("\\", " ").split()
+    assert {p.split("=")[0] for p in packages} >= {"bubblewrap", "libseccomp2"}
+    assert all(re.fullmatch(r"[a-z0-9.+-]+=[0-9][A-Za-z0-9.+~:-]*", p) for p in packages), packages
+
+
+def test_the_image_and_the_job_grade_as_the_same_unprivileged_user_with_what_bubblewrap_needs() -> None:
+    """Do the image's USER and the Job's runAsUser agree on one non-root uid, with seccomp and AppArmor opened?"""
+    containerfile = (DEPLOY / "Containerfile").read_text(encoding="utf-8")
+    user = re.search(r"^USER (\d+):(\d+)$", containerfile, re.MULTILINE)
+    assert user is not None and int(user.group(1)) > 0
+    job = yaml.safe_load((DEPLOY / "kubernetes/grade-job.yaml").read_text(encoding="utf-8"))
+    pod = job["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == int(user.group(1))
+    [container] = pod["containers"]
+    context = container["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "Unconfined"}
+    assert context["appArmorProfile"] == {"type": "Unconfined"}
+    assert context["procMount"] == "Unmasked" and pod["hostUsers"] is False
+    merge = yaml.safe_load((DEPLOY / "kubernetes/merge-job.yaml").read_text(encoding="utf-8"))
+    assert merge["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == int(user.group(1))
+
+
+def test_the_image_carries_the_course_parts_that_grading_reads(real_course: Course) -> None:
+    """Does the Containerfile copy the manifest, the trees, the focused tests and every held-out test's folder?"""
+    text = (DEPLOY / "Containerfile").read_text(encoding="utf-8")
+    copied = set(re.findall(r"^COPY (\S+) /course/", text, re.MULTILINE))
+    needed = {"course.toml", "labs", "solutions", "tests/focused"}
+    needed |= {str(Path(path).parent) for cp in real_course.checkpoints for path in cp.held_out}
+    assert needed <= copied

@@ -5,12 +5,14 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
 import sys
 import tomllib
 import zipfile
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +21,12 @@ import pytest
 import yaml
 from conftest import FX, REPO
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor import export
 from pi_course_kit.instructor.grade import bwrap, classroom
-from pi_course_kit.instructor.grade.grader import LabScore, LearnerRecord
+from pi_course_kit.instructor.grade.gradebook import LabScore, LearnerRecord, points_of
 from pi_course_kit.instructor.grade.gradescope import ROOT_ENV, validate
 
 
@@ -79,7 +82,8 @@ def test_the_bundle_holds_setup_run_autograder_the_kit_and_the_pristine_course(
 def test_the_autograder_installs_what_grading_imports_as_pyproject_declares_it(course: Course) -> None:
     """Does requirements.txt name the sandbox's packages and the seccomp binding, each as pyproject.toml pins it?"""
     declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert set(export.REQUIREMENTS) <= set(declared["dependencies"])
+    allowed = {*declared["dependencies"], *declared["optional-dependencies"]["instructor"]}
+    assert set(export.REQUIREMENTS) <= allowed
     names = {Requirement(line).name for line in export.REQUIREMENTS}
     assert names >= {*bwrap.ROOTS, "jsonschema", "pyseccomp"}
 
@@ -96,10 +100,74 @@ def test_a_complete_submission_scores_full_points(
     results = run_autograder(root)
     required = sum(lab.points for lab in checkpoint.required_labs)
     assert results["score"] == required
-    assert [t["status"] for t in results["tests"]] == [
-        "passed" if not lab.optional else "failed" for lab in checkpoint.labs
+    # The optional lab not done is extra credit left, not a failed test: 0 of 0, with no status.
+    assert [t.get("status") for t in results["tests"]] == [
+        "passed" if not lab.optional else None for lab in checkpoint.labs
     ]
     assert all(t["visibility"] == "visible" and t["output"] for t in results["tests"])
+
+
+def test_the_bundle_s_requirements_are_pinned_to_exact_versions_with_what_they_need(
+    bundle: Path, course: Course
+) -> None:
+    """Is every line of requirements.txt `name==version` (the versions installed here), dependencies included?"""
+    with zipfile.ZipFile(bundle) as archive:
+        lines = archive.read("requirements.txt").decode().splitlines()
+    parsed = [Requirement(line) for line in lines]
+    assert all(len(r.specifier) == 1 and next(iter(r.specifier)).operator == "==" for r in parsed), lines
+    names = {canonicalize_name(r.name) for r in parsed}
+    wanted = [Requirement(line).name for line in (*export.REQUIREMENTS, *course.requires)]
+    assert {canonicalize_name(name) for name in wanted} <= names
+    # What they need is pinned too (pytest needs pluggy, httpx needs httpcore), at the installed version.
+    assert {"pluggy", "httpcore"} <= names
+    assert f"pytest=={metadata.version('pytest')}" in lines
+    assert any(line.startswith("pyseccomp==") and "sys_platform" in line for line in lines)
+
+
+def macos_zip(course: Course, checkpoint: Checkpoint, zip_path: Path) -> None:
+    """A zip as macOS's Finder makes it: the folder, `__MACOSX/` AppleDouble twins, `._` files and `.DS_Store`."""
+    package = course.root / checkpoint.solution / course.package
+    with zipfile.ZipFile(zip_path, "w") as archive:
+        for path in sorted(package.rglob("*.py")):
+            if path.relative_to(package).as_posix() in [p.split("/", 1)[1] for p in checkpoint.solution_only]:
+                continue
+            name = f"my work/{course.package}/{path.relative_to(package).as_posix()}"
+            archive.writestr(name, path.read_bytes())
+            folder, _, base = name.rpartition("/")
+            archive.writestr(f"__MACOSX/{folder}/._{base}", b"\x00\x05\x16\x07 AppleDouble")
+            archive.writestr(f"{folder}/._{base}", b"\x00\x05\x16\x07 AppleDouble")
+        archive.writestr("my work/.DS_Store", b"\x00\x00\x00\x01Bud1")
+
+
+@pytest.mark.sandbox
+def test_a_macos_zip_with_its_litter_scores_full_points(
+    bundle: Path, course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Does a zip made on macOS (one folder, __MACOSX/, ._ files, .DS_Store), unpacked as Gradescope does, score full?"""
+    root = autograder_root(bundle, tmp_path / "ag")
+    macos_zip(course, checkpoint, tmp_path / "upload.zip")
+    with zipfile.ZipFile(tmp_path / "upload.zip") as archive:
+        archive.extractall(root / "submission")
+    results = run_autograder(root)
+    assert results["score"] == sum(lab.points for lab in checkpoint.required_labs), results["output"]
+
+
+@pytest.mark.sandbox
+def test_loose_files_at_the_top_are_graded_over_the_starter_with_extra_credit(
+    bundle: Path, course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Do the edited files uploaded loose (no package folder) score every point, the optional one as extra credit?"""
+    root = autograder_root(bundle, tmp_path)
+    for relative in (*checkpoint.teaching_files, *checkpoint.solution_only):
+        source = course.root / checkpoint.solution / relative
+        shutil.copyfile(source, root / "submission" / source.name)
+    results = run_autograder(root)
+    required = sum(lab.points for lab in checkpoint.required_labs)
+    extra = sum(lab.points for lab in checkpoint.labs if lab.optional)
+    assert extra > 0 and results["score"] == required + extra, results["output"]
+    optional = [t for t, lab in zip(results["tests"], checkpoint.labs, strict=True) if lab.optional]
+    assert [(t["status"], t["score"], t["max_score"]) for t in optional] == [("passed", extra, 0.0)]
+    assert all("extra-credit" in t["tags"] for t in optional)
 
 
 @pytest.mark.sandbox
@@ -112,7 +180,8 @@ def test_the_starter_scores_zero(
     shutil.copytree(course.root / checkpoint.starter / package, root / "submission/my-practice" / package)
     results = run_autograder(root)
     assert results["score"] == 0 and all(
-        t["status"] == "failed" and t["score"] == 0 for t in results["tests"]
+        t.get("status") == ("failed" if not lab.optional else None) and t["score"] == 0
+        for t, lab in zip(results["tests"], checkpoint.labs, strict=True)
     )
     # The fixture course speaks English.
     assert "Lab 1.1" in results["tests"][0]["name"] and "not started" in results["tests"][0]["output"]
@@ -169,7 +238,8 @@ def test_classroom_workflow_runs_the_grader_and_feeds_the_reporter(
     tmp_path: Path, checkpoint: Checkpoint, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Is the written workflow valid YAML that grades with --classroom and hands the reporter <ID>_RESULTS?"""
-    assert cli.main(["export", "classroom", checkpoint.id, "-o", str(tmp_path), *FX]) == 0
+    kit = ["--kit", classroom.EXAMPLE_KIT]
+    assert cli.main(["export", "classroom", checkpoint.id, "-o", str(tmp_path), *kit, *FX]) == 0
     path = tmp_path / classroom.WORKFLOW
     flow = yaml.safe_load(path.read_text(encoding="utf-8"))
     steps = flow["jobs"]["run-autograding-tests"]["steps"]
@@ -180,31 +250,130 @@ def test_classroom_workflow_runs_the_grader_and_feeds_the_reporter(
     assert report["with"]["runners"] == classroom.RUNNER
     assert f"{classroom.RUNNER.upper()}_RESULTS" in report["env"]
     assert (
-        cli.main(["export", "classroom", checkpoint.id, "-o", str(tmp_path), *FX]) == 2
+        cli.main(["export", "classroom", checkpoint.id, "-o", str(tmp_path), *kit, *FX]) == 2
     )  # never overwritten
     assert "already exists" in capsys.readouterr().err
 
 
-def test_reporter_result_scores_labs_in_points(course: Course, checkpoint: Checkpoint) -> None:
-    """Does the reporter's result give max_score = required points and each lab's points as its score?"""
+def reporter_totals(result: dict[str, Any]) -> tuple[float, float, float]:
+    """The three totals autograding-grading-reporter computes from one runner's result (its src/ files):
+    the recorded score (notify-classroom.js: the sum of `score`), the log line (console-results.js: passed
+    tests / all tests x 100) and the table (aggregate-results.js: passed / all x max_score)."""
+    tests = result["tests"]
+    passed = sum(1 for test in tests if test["status"] == "pass")
+    recorded = sum(test["score"] for test in tests)
+    # Both logs print with toFixed(2).
+    return (
+        recorded,
+        round(passed / len(tests) * 100, 2),
+        round(passed / len(tests) * (result["max_score"] or 1), 2),
+    )
+
+
+def test_the_reporter_logs_the_score_it_records_for_one_lab_of_four(real_course: Course) -> None:
+    """With lab 6.1 (40 points) done and the rest not, do the reporter's log, table and recorded score all say 40?"""
+    checkpoint = real_course.checkpoint("06")
     record = LearnerRecord("me", "/me", "partial", checkpoint.id)
     record.labs = [
-        LabScore(lab.id, lab.title, lab.optional, 1 if index == 0 else 0, 2, "failing")
+        LabScore(
+            lab.id,
+            lab.title,
+            lab.optional,
+            5 if lab.id == "6.1" else 0,
+            5,
+            "done" if lab.id == "6.1" else "failing",
+        )
+        for lab in checkpoint.labs
+    ]
+    result = classroom.reporter_result(real_course, record)
+    assert result["max_score"] == 100
+    assert reporter_totals(result) == (40, 40, 40)
+    # Each test is one point; the lab's feedback sits on its first failing test.
+    assert {test["score"] for test in result["tests"]} == {0, 1}
+    first_failing = next(test for test in result["tests"] if test["status"] == "fail")
+    assert first_failing["name"].startswith("Lab 6.2") and "Lab 6.2" not in first_failing["message"][:6]
+
+
+@pytest.mark.parametrize(("passed", "total"), [(0, 3), (1, 3), (2, 3), (3, 3), (1, 7)])
+def test_reporter_totals_agree_for_any_partial_credit(
+    course: Course, checkpoint: Checkpoint, passed: int, total: int
+) -> None:
+    """For any share of a lab's tests passed, do the reporter's three totals agree with each other, within a point?"""
+    record = LearnerRecord("me", "/me", "partial", checkpoint.id)
+    record.labs = [
+        LabScore(lab.id, lab.title, lab.optional, passed if index == 0 else total, total, "failing")
         for index, lab in enumerate(checkpoint.labs)
     ]
     result = classroom.reporter_result(course, record)
-    first = checkpoint.labs[0]
-    assert result["version"] == 1 and result["status"] == "fail"
-    assert result["max_score"] == sum(lab.points for lab in checkpoint.required_labs)
-    assert result["tests"][0]["score"] == first.points / 2 and result["tests"][0]["status"] == "fail"
+    recorded, logged, table = reporter_totals(result)
+    assert result["max_score"] == sum(lab.points for lab in checkpoint.required_labs) == 100
+    assert recorded == logged == table
+    points = points_of(course, record)
+    assert abs(recorded - points.points) <= 0.5
+    assert result["status"] == "fail"
     # The reporter reads the result base64-encoded from the environment: it must survive the round trip.
     assert json.loads(base64.b64decode(base64.b64encode(json.dumps(result).encode()))) == result
+
+
+@pytest.mark.parametrize(
+    "kit",
+    [
+        "pi-course-kit",
+        "pi-course-kit==0.7.0",
+        "git+https://github.com/me/pi-course-kit.git@main",
+        "git+https://github.com/me/pi-course-kit.git@v0.7.0",
+        "https://example.com/pi_course_kit-0.7.0-py3-none-any.whl",
+        "git+https://github.com/me/kit.git@" + "0" * 40 + "\nrun: rm -rf ~",
+    ],
+)
+def test_a_kit_that_is_a_package_name_or_a_moving_ref_is_refused(
+    kit: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Is a package name, a branch, a tag, an unbundled URL or a forged line refused, with nothing written?"""
+    assert cli.main(["export", "classroom", "a1", "-o", str(tmp_path), "--kit", kit, *FX]) == 2
+    assert "--kit" in capsys.readouterr().err and not (tmp_path / ".github").exists()
+    assert cli.main(["export", "classroom", "a1", "-o", str(tmp_path), *FX]) == 2  # no --kit at all
+
+
+def test_a_wheel_kit_is_bundled_and_the_workflow_refuses_other_bytes(tmp_path: Path) -> None:
+    """Is --kit WHEEL copied into the repository and checked by sha256 before pip installs it?"""
+    wheel = tmp_path / "pi_course_kit-0.7.0-py3-none-any.whl"
+    wheel.write_bytes(b"PK\x03\x04 the instructor's own build")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    assert cli.main(["export", "classroom", "a1", "-o", str(repo), "--kit", str(wheel), *FX]) == 0
+    flow = yaml.safe_load((repo / classroom.WORKFLOW).read_text(encoding="utf-8"))
+    install = flow["jobs"]["run-autograding-tests"]["steps"][2]["run"]
+    bundled = repo / classroom.WHEEL_DIR / wheel.name
+    assert bundled.read_bytes() == wheel.read_bytes()
+    check, pip = install.splitlines()
+    assert "sha256sum --check --strict" in check and pip.endswith(f"./.github/pi-course/{wheel.name}")
+    assert subprocess.run(["bash", "-c", check], cwd=repo, capture_output=True).returncode == 0
+    bundled.write_bytes(b"PK\x03\x04 someone else's build")
+    assert subprocess.run(["bash", "-c", check], cwd=repo, capture_output=True).returncode != 0
+
+
+def test_a_commit_pinned_repository_kit_is_installed_by_that_commit(a_commit: str = "ab" * 20) -> None:
+    """Is git+https://...git@<40 hex> installed as `pi-course-kit @` that exact commit, quoted for the shell?"""
+    source = classroom.kit_source(f"git+https://git.example.edu/course/pi-course-kit.git@{a_commit}")
+    assert (
+        source.requirement
+        == f"pi-course-kit @ git+https://git.example.edu/course/pi-course-kit.git@{a_commit}"
+    )
+    assert shlex.split(source.install_script()) == [
+        "python",
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        source.requirement,
+    ]
 
 
 def test_the_shipped_classroom_workflow_is_the_one_export_writes(real_course: Course) -> None:
     """Is deploy/github-classroom/classroom.yml exactly what `pi-course export classroom 06` writes today?"""
     shipped = real_course.root / "deploy/github-classroom/classroom.yml"
-    workflow = classroom.workflow(real_course.checkpoint("06"), "pi-course-kit")
+    workflow = classroom.workflow(real_course.checkpoint("06"), classroom.EXAMPLE_KIT)
     assert shipped.read_text(encoding="utf-8") == workflow
 
 

@@ -16,7 +16,7 @@ import pi_course_kit
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import replace_file
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.instructor.grade import classroom
+from pi_course_kit.instructor.grade import classroom, gradescope
 from pi_course_kit.instructor.options import add_manifest_option, load_course
 
 #: What the grading path imports inside the autograder image (the rest of the kit's dependencies is not
@@ -76,9 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--kit",
-        default="pi-course-kit",
-        metavar="REQUIREMENT",
-        help="classroom: what the workflow pip-installs (a package name, wheel URL or git URL)",
+        default=None,
+        metavar="WHEEL|GIT-URL@COMMIT",
+        help="classroom: the kit the workflow installs: a wheel file (bundled, checked by sha256) or "
+        "git+https://HOST/YOU/REPO.git@COMMIT (a full commit hash)",
     )
     add_manifest_option(parser)
 
@@ -115,7 +116,7 @@ def bundle_files(course: Course, checkpoint: Checkpoint) -> dict[str, Path]:
         for tree in (member.solution, member.starter):
             for path in _files(course.root / tree):
                 files[f"course/{path.relative_to(course.root).as_posix()}"] = path
-        for test in (*member.tree_tests, *member.tree_support):
+        for test in (*member.tree_tests, *member.tree_support, *member.held_out):  # held-out: grading only
             files[f"course/{test}"] = course.root / test
     return files
 
@@ -138,7 +139,9 @@ def write_gradescope(course: Course, checkpoint: Checkpoint, output: Path) -> in
             _add_text(
                 archive, "run_autograder", RUN_AUTOGRADER.format(checkpoint=checkpoint.id), executable=True
             )
-            _add_text(archive, "requirements.txt", "\n".join(REQUIREMENTS) + "\n")
+            # Pinned to the versions installed here, what it needs included (gradescope.pinned_requirements).
+            pinned = gradescope.pinned_requirements([*REQUIREMENTS, *course.requires])
+            _add_text(archive, "requirements.txt", "\n".join(pinned) + "\n")
             for name, path in files.items():
                 _add_text(archive, name, path.read_bytes())
 
@@ -146,15 +149,10 @@ def write_gradescope(course: Course, checkpoint: Checkpoint, output: Path) -> in
     return len(files) + 3
 
 
-def write_classroom(checkpoint: Checkpoint, repository: Path, kit: str) -> Path:
-    """Write the workflow into a learner's repository; an existing workflow is never overwritten."""
-    target = repository / classroom.WORKFLOW
-    if target.exists():
-        raise KitError(f"{target} already exists; remove it first if you want it rewritten")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Built as data and dumped by PyYAML: whatever --kit holds cannot change the workflow's structure.
-    target.write_text(classroom.workflow(checkpoint, kit), encoding="utf-8")
-    return target
+def write_classroom(checkpoint: Checkpoint, repository: Path, kit: str | None) -> Path:
+    """Write the workflow (and the kit's wheel, when --kit names one) into a learner's repository."""
+    # Built as data and dumped by PyYAML; the kit is pinned by sha256 or commit (classroom.kit_source).
+    return classroom.write_workflow(checkpoint, repository, kit)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -125,9 +125,11 @@ def _exists(dir_fd: int, name: str) -> bool:
 class Copier:
     """Copies one tree between two directory descriptors within the size and count limits."""
 
-    def __init__(self) -> None:
+    def __init__(self, ignore: Callable[[str], bool] | None = None) -> None:
         self.total = 0
         self.files = 0
+        #: Names skipped wherever they occur (an upload's operating-system litter, for instance).
+        self.ignore = ignore
 
     def copy(self, source_fd: int, dest_fd: int, where: str, depth: int) -> None:
         """Copy every entry of `source_fd` into `dest_fd` (both open folders)."""
@@ -137,7 +139,7 @@ class Copier:
             names = sorted(entry.name for entry in entries)
         for name in names:
             check_name(name, where)
-            if name in SKIPPED or name.endswith(".pyc"):
+            if name in SKIPPED or name.endswith(".pyc") or (self.ignore is not None and self.ignore(name)):
                 continue
             info = os.stat(name, dir_fd=source_fd, follow_symlinks=False)
             if stat.S_ISDIR(info.st_mode):
@@ -169,3 +171,19 @@ def copy_package(folder: Path, package: str, dest: Path) -> None:
         os.mkdir(package, 0o755, dir_fd=target)
         with open_dir(package, target) as copy_dest:
             Copier().copy(source, copy_dest, f"{package}/", 1)
+
+
+#: What macOS adds to a zip it makes: the AppleDouble folder and files (`__MACOSX/`, `._name`) and
+#: Finder's `.DS_Store`. None of it is the learner's work.
+MACOS_LITTER = ("__MACOSX", ".DS_Store")
+
+
+def macos_litter(name: str) -> bool:
+    """True for an entry a macOS zip adds beside the learner's files."""
+    return name in MACOS_LITTER or name.startswith("._")
+
+
+def copy_tree(folder: Path, dest: Path, ignore: Callable[[str], bool] | None = None) -> None:
+    """Copy the whole of `folder` into the existing empty folder `dest`, within the limits; Refused names why."""
+    with open_dir(folder) as source, open_dir(dest) as target:
+        Copier(ignore).copy(source, target, "", 1)

@@ -10,20 +10,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
-from pi_course_kit.core.manifest import Course, ManifestError
-from pi_course_kit.instructor.grade import feedback, roster, texts
-from pi_course_kit.instructor.grade.grader import SANDBOX_ERROR, SKIPPED, Grader, LearnerRecord
-from pi_course_kit.instructor.grade.points import points_of
-from pi_course_kit.instructor.grade.sandbox import Limits, MiB
+from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
+from pi_course_kit.core.records import Status
+from pi_course_kit.instructor.grade import copying, feedback, roster, texts
+from pi_course_kit.instructor.grade.gradebook import SANDBOX_ERROR, SKIPPED, LearnerRecord, points_of
+
+if TYPE_CHECKING:  # the results JSON is built without the grader; only `grade` runs it
+    from pi_course_kit.instructor.grade.grader import Limits
 
 ROOT_ENV = "PI_COURSE_AUTOGRADER_ROOT"
 VISIBILITY = ["hidden", "after_due_date", "after_published", "visible"]
@@ -51,7 +58,7 @@ RESULTS_SCHEMA: dict[str, Any] = {
             "items": {
                 "type": "object",
                 "additionalProperties": False,
-                "required": ["name", "score", "max_score", "status", "output", "visibility"],
+                "required": ["name", "score", "max_score", "output", "visibility"],
                 "properties": {
                     "score": {"type": "number"},
                     "max_score": {"type": "number", "minimum": 0},
@@ -79,6 +86,53 @@ RESULTS_SCHEMA: dict[str, Any] = {
 }
 
 
+#: The environment Gradescope's autograder image is (Ubuntu, CPython): markers are read for it, whatever
+#: machine the instructor exports from.
+TARGET_ENVIRONMENT = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix"}
+
+
+def _wanted(requirement: Requirement, extras: frozenset[str]) -> bool:
+    if requirement.marker is None:
+        return True
+    return any(
+        requirement.marker.evaluate({**TARGET_ENVIRONMENT, "extra": extra}) for extra in extras or {""}
+    )
+
+
+def pinned_requirements(requirements: Sequence[str]) -> list[str]:
+    """`requirements` and everything they need, each pinned to the version installed here (`name==x.y`).
+
+    The versions the kit was tested with are the ones the autograder image gets: an unpinned line would
+    let a release made after the export change how learners are graded. A top-level marker is kept.
+    """
+    pins: dict[str, str] = {}
+    markers: dict[str, str] = {}
+    queue = [(Requirement(line), True) for line in requirements]
+    while queue:
+        requirement, top = queue.pop(0)
+        name = canonicalize_name(requirement.name)
+        if top and requirement.marker is not None:
+            markers[name] = str(requirement.marker)
+        if name in pins:
+            continue
+        try:
+            distribution = metadata.distribution(requirement.name)
+        except metadata.PackageNotFoundError:
+            raise KitError(
+                f"cannot pin {requirement.name} for the autograder: it is not installed here; "
+                "install the kit (pip install -e .) and export again"
+            ) from None
+        pins[name] = distribution.version
+        extras = frozenset(requirement.extras)
+        for text in distribution.requires or []:
+            needed = Requirement(text)
+            if _wanted(needed, extras):
+                queue.append((needed, False))
+    return [
+        f"{name}=={pins[name]}" + (f"; {markers[name]}" if name in markers else "") for name in sorted(pins)
+    ]
+
+
 def validate(results: dict[str, Any]) -> None:
     """Raise jsonschema.ValidationError when `results` strays from Gradescope's published fields."""
     jsonschema.validate(results, RESULTS_SCHEMA)
@@ -92,25 +146,75 @@ def find_submission(folder: Path, package: str) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
+def loose_files(folder: Path) -> tuple[Path, list[str]]:
+    """Where an upload's loose `.py` files are, and their names: at the top, or in its one folder.
+
+    Learners often upload the files they edited (`tool.py`) instead of their package folder, or a zip
+    whose one folder holds them.
+    """
+    entries = sorted(entry for entry in folder.iterdir() if not entry.is_symlink())
+    modules = [entry.name for entry in entries if entry.is_file() and entry.suffix == ".py"]
+    folders = [entry for entry in entries if entry.is_dir()]
+    if not modules and len(folders) == 1:
+        return loose_files(folders[0]) if folders[0] != folder else (folder, [])
+    return folder, modules
+
+
+def upload_litter(name: str) -> bool:
+    """What an upload may carry that is nobody's work: a macOS zip's additions, a venv, a git folder."""
+    return copying.macos_litter(name) or name in (".git", ".venv", "venv", ".ipynb_checkpoints")
+
+
+def prepare(upload: Path, course: Course, checkpoint: Checkpoint, work: Path) -> Path | None:
+    """A clean folder to grade from what the learner uploaded, in `work`; None when it holds no code.
+
+    The upload is first copied without what a macOS zip adds (`__MACOSX/`, `._*`, `.DS_Store`),
+    through the grader's safe copy (no link followed, sizes checked). A package folder, a practice
+    folder or one folder holding either is graded as it is; loose `.py` files (at the top or in the
+    upload's one folder) are laid over the checkpoint's starter package, in its top level.
+    """
+    clean = work / "upload"
+    clean.mkdir()
+    copying.copy_tree(upload, clean, upload_litter)
+    found = find_submission(clean, course.package)
+    if found is not None:
+        return found
+    where, modules = loose_files(clean)
+    if not modules:
+        return None
+    assembled = work / "assembled"
+    shutil.copytree(
+        course.root / checkpoint.starter / course.package,
+        assembled / course.package,
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
+    for name in modules:
+        shutil.copyfile(where / name, assembled / course.package / name)
+    return assembled
+
+
 def results_for(course: Course, record: LearnerRecord) -> dict[str, Any]:
     """results.json for one graded record: one Gradescope test per lab, scored in points."""
     points = points_of(course, record)
     tests = []
     for number, row in enumerate(points.labs, 1):
         extra = f"（{texts.OPTIONAL}）" if row.optional else ""
-        tests.append(
-            {
-                "name": f"Lab {row.id} {row.title}{extra}",
-                "number": str(number),
-                "score": row.points,
-                "max_score": 0.0 if row.optional else row.max_points,
-                "status": "passed" if row.status == "done" else "failed",
-                "output": "\n".join(feedback.lab_lines(course, record, row)),
-                "output_format": "md",
-                "visibility": "visible",
-                "tags": [f"lab:{row.id}", *(["extra-credit"] if row.optional else [])],
-            }
-        )
+        test: dict[str, Any] = {
+            "name": f"Lab {row.id} {row.title}{extra}",
+            "number": str(number),
+            "score": row.points,
+            "max_score": 0.0 if row.optional else row.max_points,
+            "status": "passed" if row.status == Status.DONE else "failed",
+            "output": "\n".join(feedback.lab_lines(course, record, row)),
+            "output_format": "md",
+            "visibility": "visible",
+            "tags": [f"lab:{row.id}", *(["extra-credit"] if row.optional else [])],
+        }
+        if row.optional and row.status != Status.DONE:
+            # Extra credit is never a failure: with no status, Gradescope shows 0/0 as not failed, and
+            # the points join the score above the maximum once the exercise is done.
+            del test["status"]
+        tests.append(test)
     return {
         "score": points.score,
         "execution_time": record.seconds,
@@ -130,18 +234,25 @@ def not_graded(message: str) -> dict[str, Any]:
 
 def grade(root: Path, course: Course, checkpoint_id: str, limits: Limits) -> tuple[dict[str, Any], bool]:
     """Grade `root/submission`; the results and whether grading itself worked."""
-    submission = find_submission(root / "submission", course.package)
-    if submission is None:
-        message = (
-            f"没有找到 {course.package}/ 文件夹：请把练习文件夹里的 {course.package}/ 整个上传"
-            f"（No {course.package}/ folder was found in the submission; upload your {course.package}/ folder.）"
-        )
-        return not_graded(message), True
-    grader = Grader(course, limits, 1, checkpoint_id)
-    try:
-        record = grader.grade_all([submission])[0]
-    finally:
-        grader.close()
+    checkpoint = course.checkpoint(checkpoint_id)
+    with tempfile.TemporaryDirectory(prefix="pi-course-upload-") as work:
+        try:
+            submission = prepare(root / "submission", course, checkpoint, Path(work))
+        except copying.Refused as error:
+            return not_graded(f"上传的文件无法安全读取（the upload cannot be read safely）：{error}"), True
+        if submission is None:
+            message = (
+                f"没有找到 {course.package}/ 文件夹或 .py 文件：请把练习文件夹里的 {course.package}/ 整个上传"
+                f"（No {course.package}/ folder or .py file was found; upload your {course.package}/ folder.）"
+            )
+            return not_graded(message), True
+        from pi_course_kit.instructor.grade.grader import Grader
+
+        grader = Grader(course, limits, 1, checkpoint_id)
+        try:
+            record = grader.grade_all([submission])[0]
+        finally:
+            grader.close()
     record.learner = "submission"
     if record.status in (SKIPPED, SANDBOX_ERROR):
         return not_graded(f"{texts.record_status(record.status)}：{record.message}"), False
@@ -157,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--memory", type=int, default=1024, help="MiB")
     args = parser.parse_args(argv)
     root: Path = args.root
+    from pi_course_kit.instructor.grade.grader import Limits, MiB
+
     limits = Limits(
         wall_seconds=args.timeout,
         memory_bytes=args.memory * MiB,

@@ -1,12 +1,12 @@
 """The GitHub Classroom workflow as YAML, written by PyYAML rather than by string formatting.
 
-What an instructor passes in (`--kit`: a package name, a wheel URL, a git URL) lands in the file; built
-as data and dumped, a quote, a colon or a newline in it can never change the workflow's structure.
+What an instructor passes in (`--kit`: a bundled wheel and its sha256, or a git URL pinned to a commit) lands
+in the file; built as data and dumped, a quote, a colon or a newline in it can never change the
+workflow's structure.
 """
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 import yaml
@@ -35,10 +35,12 @@ def header(checkpoint: Checkpoint) -> str:
         "# Classroom. It grades with --unsafe (no bubblewrap sandbox): this throwaway runner belongs to the\n"
         "# learner, who also controls this file, so a sandbox would protect nothing here (and Ubuntu\n"
         "# runners restrict user namespaces). The tests are still the installed kit's pristine ones.\n"
+        "# The kit comes from the instructor's own wheel, checked by sha256, or from a pinned commit of the\n"
+        "# instructor's repository: never from a package name that anyone could claim.\n"
     )
 
 
-def document(checkpoint: Checkpoint, kit: str, runner: str) -> dict[str, Any]:
+def document(checkpoint: Checkpoint, install: str, runner: str) -> dict[str, Any]:
     """The workflow as data: install the kit, grade with --classroom, hand the result to the reporter."""
     result = f"$RUNNER_TEMP/{runner}.json"
     grade = (
@@ -60,7 +62,7 @@ def document(checkpoint: Checkpoint, kit: str, runner: str) -> dict[str, Any]:
                     {"uses": "actions/setup-python@v5", "with": {"python-version": "3.11"}},
                     {
                         "name": "Install the pi-course kit",
-                        "run": f"python -m pip install --quiet {shlex.quote(kit)}",
+                        "run": install,
                     },
                     {"name": f"Grade checkpoint {checkpoint.id}", "id": runner, "run": grade},
                     {
@@ -75,10 +77,10 @@ def document(checkpoint: Checkpoint, kit: str, runner: str) -> dict[str, Any]:
     }
 
 
-def render(checkpoint: Checkpoint, kit: str, runner: str) -> str:
+def render(checkpoint: Checkpoint, install: str, runner: str) -> str:
     """The workflow file's text: the comment block, then the document dumped by PyYAML."""
     body = yaml.dump(
-        document(checkpoint, kit, runner),
+        document(checkpoint, install, runner),
         Dumper=_Dumper,
         sort_keys=False,
         allow_unicode=True,
