@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 from pi_course_kit.core.manifest import Checkpoint, Course, Lab
-from pi_course_kit.instructor.grade.grader import (
+from pi_course_kit.instructor.grade.gradebook import (
     COMPLETE,
     ERROR,
     NOT_STARTED,
@@ -20,6 +20,7 @@ from pi_course_kit.instructor.grade.grader import (
     TIMEOUT,
     LabScore,
     LearnerRecord,
+    TestVerdict,
 )
 from pi_course_kit.instructor.grade.mutation_map import MutationMap
 
@@ -84,8 +85,7 @@ def _record(
         state = "done" if done else "failing" if passed else "not started"
         labs.append(LabScore(lab.id, lab.title, lab.optional, passed, len(nodes), state))
         verdicts += [
-            {"nodeid": node, "lab": lab.id, "outcome": "passed" if i < passed else "failed"}
-            for i, node in enumerate(nodes)
+            TestVerdict(node, lab.id, "passed" if i < passed else "failed") for i, node in enumerate(nodes)
         ]
     required = [s for s in labs if not s.optional]
     return LearnerRecord(

@@ -15,8 +15,7 @@ from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.grade import texts
 from pi_course_kit.instructor.grade.feedback import file_name
-from pi_course_kit.instructor.grade.grader import LabScore, LearnerRecord
-from pi_course_kit.instructor.grade.points import lab_points, points_of
+from pi_course_kit.instructor.grade.gradebook import LabScore, LearnerRecord, lab_points, points_of
 from pi_course_kit.instructor.grade.questions import question
 
 

@@ -6,12 +6,15 @@ is the first test (its content is checked checkpoint by checkpoint in test_cours
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from conftest import REPO
-from pi_course_kit.core import manifest
+from pi_course_kit.core import folder, manifest
+from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
+from pi_course_kit.core.records import FolderMeta
 from pi_course_kit.core.staging import marker_line, pytest_ini
 
 
@@ -115,3 +118,36 @@ def test_unknown_checkpoint_and_lab_list_the_known_ones(course: Course, checkpoi
     with pytest.raises(ManifestError, match="known mutations: add-two, reset-to-one"):
         checkpoint.mutation("nope")
     assert course.find_lab("2.2")[0].id == "a2"
+
+
+# -- meta.json's format number: an older folder is migrated, a newer kit's folder refused -----------------
+
+
+def _folder_with_meta(tmp_path: Path, meta: dict[str, object]) -> Path:
+    (tmp_path / folder.META_DIR).mkdir()
+    (tmp_path / folder.META_PATH).write_text(json.dumps(meta), encoding="utf-8")
+    return tmp_path
+
+
+def test_a_folder_made_before_meta_had_a_format_is_migrated(tmp_path: Path) -> None:
+    """Does a meta.json without `format` (the first kits) open, brought up to this kit's format?"""
+    opened = folder.open_folder(_folder_with_meta(tmp_path, {"checkpoint": "a1", "slug": "a1-counter"}))
+    assert opened.meta["format"] == folder.META_FORMAT and opened.meta["hints"] == {}
+    meta = FolderMeta.from_json(opened.meta)
+    assert (meta.checkpoint, meta.slug, meta.kit_version, meta.carried) == ("a1", "a1-counter", "?", None)
+
+
+def test_a_folder_made_by_a_newer_kit_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """Does a meta.json of a newer format stop with one line that says to upgrade the kit?"""
+    root = _folder_with_meta(tmp_path, {"checkpoint": "a1", "format": folder.META_FORMAT + 1})
+    with pytest.raises(KitError) as raised:
+        folder.open_folder(root)
+    message = str(raised.value)
+    assert "newer pi-course kit" in message and "upgrade the kit" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("bad", ["2", -1, True, 1.5])
+def test_a_format_that_is_not_a_number_is_unreadable(tmp_path: Path, bad: object) -> None:
+    """Is a `format` that is no count refused as unreadable metadata (not taken for an old or new one)?"""
+    with pytest.raises(KitError, match="cannot read the practice metadata"):
+        folder.open_folder(_folder_with_meta(tmp_path, {"checkpoint": "a1", "format": bad}))

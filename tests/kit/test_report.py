@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import json
 import sys
 from pathlib import Path
 
 import pytest
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.records import RunReport, Status
 from pi_course_kit.core.regions import strip_solution
 from pi_course_kit.core.runner import RunResult, run_tests
 from pi_course_kit.core.staging import stage_tree
@@ -143,6 +145,31 @@ def test_an_import_error_keeps_its_location_and_lab_in_a_package_not_named_pi_co
     assert "NameError" in error["message"]
 
 
+@pytest.mark.parametrize("named", [True, False], ids=["named-in-pytest-ini", "found-by-its-lab-py"])
+def test_an_import_error_keeps_its_location_and_lab_whatever_the_package_is_called(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, named: bool
+) -> None:
+    """With the package renamed (and even unnamed in pytest.ini), does an import error keep its file, line and lab?"""
+    tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, tmp_path / "tree")
+    (tree / "fx_course").rename(tree / "renamed_pkg")
+    for test in (tree / "tests").glob("test_*.py"):
+        test.write_text(
+            test.read_text(encoding="utf-8").replace("fx_course", "renamed_pkg"), encoding="utf-8"
+        )
+    ini = (tree / "pytest.ini").read_text(encoding="utf-8").replace("fx_course", "renamed_pkg")
+    if not named:
+        ini = "".join(line for line in ini.splitlines(keepends=True) if "pi_course_package" not in line)
+    (tree / "pytest.ini").write_text(ini, encoding="utf-8")
+    counter = tree / "renamed_pkg/counter.py"
+    lines = counter.read_text(encoding="utf-8").splitlines()
+    at = next(n for n, line in enumerate(lines) if line.strip().startswith("# ## Lab 1.2")) + 1
+    lines.insert(at, "    undefined_name  # broken at import")
+    counter.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (error,) = run_tests(tree).report.collect_errors
+    assert (error.location, error.lab) == (f"renamed_pkg/counter.py:{at + 1}", "1.2")
+    assert "NameError" in error.message
+
+
 def _imported(node: ast.AST) -> set[str]:
     """Top-level module names one import statement names."""
     if isinstance(node, ast.Import):
@@ -210,3 +237,29 @@ def test_required_imports_skip_optional_fallback_and_type_only_imports() -> None
     )
     required = _required_imports(ast.parse(source), {"json", "typing"})
     assert required == {"json", "typing", "fallback_mod", "risky", "inner"}
+
+
+def test_a_record_stream_reads_back_typed_and_garbage_is_dropped(starter_run: RunResult) -> None:
+    """Does a real run's stream read back as typed records (RunReport), a forged or broken line left out?"""
+    summary = {
+        "labs": starter_run.labs,
+        "next": starter_run.next_step,
+        "collect_errors": 0,
+        "stopped_early": False,
+    }
+    lines = [
+        *(json.dumps({"event": "test", **test}) for test in starter_run.tests),
+        "not json",
+        json.dumps({"event": "test", "outcome": "passed"}),  # no node id: not a test record
+        json.dumps({"event": "test", "nodeid": "t::x", "message": "\x1b[2J", "duration": "long"}),
+        json.dumps({"event": "summary", **summary}),
+    ]
+    report = RunReport.read(lines)
+    assert report.finished and not report.collect_errors
+    assert [t.nodeid for t in report.tests] == [t["nodeid"] for t in starter_run.tests] + ["t::x"]
+    assert (report.tests[-1].message, report.tests[-1].duration) == ("\\x1b[2J", 0.0)
+    assert [(row.id, row.status, row.blocked_by) for row in report.labs] == [
+        (row["id"], Status(row["status"]), row["blocked_by"]) for row in starter_run.labs
+    ]
+    assert report.next is not None and report.next.lab == "1.1" and report.next.status == Status.NOT_STARTED
+    assert not RunReport.read(lines[:-1]).finished

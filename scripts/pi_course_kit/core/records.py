@@ -14,27 +14,59 @@ import json
 import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pi_course_kit.core.i18n import _
+    from pi_course_kit.core.i18n import _, wants_english
 else:
     try:  # inside a staged tree the catalog helper travels beside this file
-        from pi_course_i18n import _
+        from pi_course_i18n import _, wants_english
     except ImportError:  # inside the kit
-        from pi_course_kit.core.i18n import _
+        from pi_course_kit.core.i18n import _, wants_english
 
 # A section comment may be indented: the methods of one class can belong to different labs.
 LAB_SECTION = re.compile(r"^\s*# ## Lab (?P<lab>\S+)")
 LAB_MARKER = re.compile(r"^lab(?P<major>\d+)_(?P<minor>\d+)$")
-DONE, FAILING, NOT_STARTED, BLOCKED = "done", "failing", "not started", "blocked"
-#: Some of the lab's tests pass; the others still stop on the lab's own stubs.
-IN_PROGRESS = "in progress"
-#: A required lab this run did not select (e.g. `-m lab6_1`): the report says nothing about its state.
-NOT_RUN = "not run"
+
+
+class Status(StrEnum):
+    """A lab's state, as a run finds it: the one status vocabulary of the report, check, grade and notebooks."""
+
+    DONE = "done"
+    FAILING = "failing"
+    NOT_STARTED = "not started"
+    #: Every failure stops in another lab's code (`LabSummary.blocked_by` names it).
+    BLOCKED = "blocked"
+    #: Some of the lab's tests pass; the others still stop on the lab's own stubs.
+    IN_PROGRESS = "in progress"
+    #: A required lab this run did not select (e.g. `-m lab6_1`): the report says nothing about its state.
+    NOT_RUN = "not run"
+
+
+DONE, FAILING, NOT_STARTED, BLOCKED = Status.DONE, Status.FAILING, Status.NOT_STARTED, Status.BLOCKED
+IN_PROGRESS, NOT_RUN = Status.IN_PROGRESS, Status.NOT_RUN
+#: The longest message a record keeps (a failure's text, a reason): what a table row or a terminal shows.
+MAX_MESSAGE = 300
+# C0/C1 controls (ESC sequences, newlines that would forge a row) and bidirectional overrides.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 #: Where a practice folder keeps what earlier runs found, lab by lab (only labs run in full are recorded).
 PROGRESS_FILE = Path(".pi-course") / "progress.json"
+
+
+def clean(text: object, limit: int = MAX_MESSAGE) -> str:
+    """Text read from a run made safe for a terminal or a record: no control characters, capped."""
+    value = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value)[:limit]
+
+
+def status_of(value: object) -> Status | None:
+    """A status read from a record, or None when it is not one."""
+    try:
+        return Status(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -73,6 +105,73 @@ class TestRecord:
     #: Seconds the deciding phase took (pytest's report.duration): the JUnit file's testcase time.
     duration: float = 0.0
 
+    @classmethod
+    def from_json(cls, data: object) -> TestRecord:
+        """A test record read back from a run, checked and cleaned; raises ValueError when it is not one.
+
+        The run may be a learner's (a graded one is untrusted): every text is made safe and capped, a
+        field of the wrong type is dropped to its default, an unknown field is ignored.
+        """
+        if not isinstance(data, dict) or not isinstance(data.get("nodeid"), str):
+            raise ValueError("not a test record")
+        duration = data.get("duration")
+        finite = isinstance(duration, int | float) and not isinstance(duration, bool) and 0 <= duration < 1e9
+        diff = data.get("diff")
+        return cls(
+            nodeid=clean(data["nodeid"], 4096),
+            lab=_optional_text(data, "lab"),
+            outcome=clean(data.get("outcome", ""), 20),
+            exc_type=_optional_text(data, "exc_type"),
+            exc_lab=_optional_text(data, "exc_lab"),
+            message=_text(data, "message"),
+            location=_optional_text(data, "location"),
+            skip_reason=_text(data, "skip_reason"),
+            owner_lab=_optional_text(data, "owner_lab"),
+            function=_optional_text(data, "function"),
+            question=_text(data, "question"),
+            diff=[clean(line, 4096) for line in diff if isinstance(line, str)]
+            if isinstance(diff, list)
+            else [],
+            duration=round(float(duration), 6) if finite and isinstance(duration, int | float) else 0.0,
+        )
+
+
+def _text(data: dict[str, Any], name: str, limit: int = 4096) -> str:
+    value = data.get(name)
+    return clean(value, limit) if isinstance(value, str) else ""
+
+
+def _count(data: dict[str, Any], name: str) -> int:
+    value = data.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _optional_text(data: dict[str, Any], name: str, limit: int = 4096) -> str | None:
+    value = data.get(name)
+    return clean(value, limit) if isinstance(value, str) else None
+
+
+@dataclass
+class CollectError:
+    """A test module that could not be imported: where the learner's code broke, its lab, the error."""
+
+    nodeid: str = ""
+    message: str = ""
+    location: str | None = None
+    lab: str | None = None
+
+    @classmethod
+    def from_json(cls, data: object) -> CollectError:
+        """A collection error read back from a run, checked and cleaned; ValueError when it is not one."""
+        if not isinstance(data, dict):
+            raise ValueError("not a collection error")
+        return cls(
+            _text(data, "nodeid"),
+            _text(data, "message"),
+            _optional_text(data, "location"),
+            _optional_text(data, "lab"),
+        )
+
 
 @dataclass
 class LabSummary:
@@ -83,7 +182,7 @@ class LabSummary:
     optional: bool
     passed: int = 0
     total: int = 0
-    status: str = NOT_STARTED
+    status: Status = Status.NOT_STARTED
     blocked_by: str | None = None
     first_failure: TestRecord | None = None
     records: list[TestRecord] = field(default_factory=list)
@@ -91,10 +190,84 @@ class LabSummary:
     collected: int = 0
 
     @classmethod
-    def from_json(cls, row: dict[str, Any]) -> LabSummary:
-        """A summary row as the closing record of a run carries it (without its test records)."""
-        known = {name for name in cls.__dataclass_fields__ if name not in ("records", "first_failure")}
-        return cls(**{key: value for key, value in row.items() if key in known})
+    def from_json(cls, row: object) -> LabSummary:
+        """A summary row as the closing record of a run carries it (without its test records), checked."""
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+            raise ValueError("not a lab summary")
+        return cls(
+            id=clean(row["id"], 40),
+            title=_text(row, "title"),
+            optional=row.get("optional") is True,
+            status=status_of(row.get("status")) or Status.NOT_STARTED,
+            blocked_by=_optional_text(row, "blocked_by", 40),
+            passed=_count(row, "passed"),
+            total=_count(row, "total"),
+            collected=_count(row, "collected"),
+        )
+
+
+@dataclass(frozen=True)
+class Carried:
+    """Where a `practice --from` folder started: the learner's parent folder and what came from it."""
+
+    folder: str = ""
+    checkpoint: str = ""
+    #: The learner's own files carried over.
+    files: tuple[str, ...] = ()
+    #: The learner's parent files that the course supplied instead (this chapter changes them).
+    replaced: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FolderMeta:
+    """A practice folder's `.pi-course/meta.json`, as read (`core.folder` checks its format first)."""
+
+    checkpoint: str
+    slug: str = "?"
+    kit_version: str = "?"
+    created: str = "?"
+    language: str = ""
+    kind: str = "labs"
+    teaching_files: tuple[str, ...] = ()
+    #: sha256 of each file as it was shipped, by relative path.
+    files: dict[str, str] = field(default_factory=dict)
+    #: How many hints of each lab the learner has seen.
+    hints: dict[str, int] = field(default_factory=dict)
+    carried: Carried | None = None
+
+    @classmethod
+    def from_json(cls, data: object) -> FolderMeta:
+        """The metadata read back, checked: ValueError without a checkpoint; a malformed field is dropped."""
+        if not isinstance(data, dict) or not isinstance(data.get("checkpoint"), str | int):
+            raise ValueError("no checkpoint")
+
+        def texts(value: object) -> tuple[str, ...]:
+            return (
+                tuple(clean(v, 4096) for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+            )
+
+        files, hints, carried = data.get("files"), data.get("hints"), data.get("from")
+        return cls(
+            checkpoint=clean(data["checkpoint"], 40),
+            slug=_text(data, "slug", 200) or "?",
+            kit_version=_text(data, "kit_version", 200) or "?",
+            created=_text(data, "created", 200) or "?",
+            language=_text(data, "language", 40),
+            kind=_text(data, "kind", 40) or "labs",
+            teaching_files=texts(data.get("teaching_files")),
+            files={str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {},
+            hints={str(k): v for k, v in hints.items() if isinstance(v, int) and not isinstance(v, bool)}
+            if isinstance(hints, dict)
+            else {},
+            carried=Carried(
+                _text(carried, "folder"),
+                _text(carried, "checkpoint", 40),
+                texts(carried.get("files")),
+                texts(carried.get("replaced")),
+            )
+            if isinstance(carried, dict)
+            else None,
+        )
 
 
 def parse_marker_line(line: str) -> LabInfo | None:
@@ -106,10 +279,11 @@ def parse_marker_line(line: str) -> LabInfo | None:
         implements = next(
             (p.removeprefix("implements=") for p in parts[2:] if p.startswith("implements=")), ""
         )
+        english = next((p.removeprefix("title_en=") for p in parts[2:] if p.startswith("title_en=")), "")
         return LabInfo(
             parts[0],
             name,
-            parts[1],
+            english if english and wants_english() else parts[1],
             "optional" in parts[2:],
             "inherited" in parts[2:],
             tuple(n for n in implements.split(",") if n),
@@ -122,16 +296,24 @@ def parse_marker_line(line: str) -> LabInfo | None:
 # -- the owner map: which lab owns a line of the learner's code ----------------------------------
 
 
-def lab_of_line(path: Path, line: int) -> str | None:
-    """The lab whose `# ## Lab X.Y` section holds this line of a pi_course file (the one owner map)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()[:line]
-    except (OSError, UnicodeDecodeError):
-        return None
-    for text in reversed(lines):
+def lab_at(lines: list[str], line: int) -> str | None:
+    """The lab whose `# ## Lab X.Y` section holds line `line` (1-based) of a file's lines: the one owner map.
+
+    It lives here, not in `regions`, because it travels into every staged tree with this file;
+    `regions` exports it for the kit.
+    """
+    for text in reversed(lines[:line]):
         if match := LAB_SECTION.match(text):
             return match["lab"]
     return None
+
+
+def lab_of_line(path: Path, line: int) -> str | None:
+    """The lab whose `# ## Lab X.Y` section holds this line of a file of the learner's package."""
+    try:
+        return lab_at(path.read_text(encoding="utf-8").splitlines(), line)
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _functions(path: Path) -> tuple[tuple[str, int, int], ...]:
@@ -198,6 +380,32 @@ def lab_entry(root: Path, package: str, lab: LabInfo) -> tuple[str, str | None] 
     return heading
 
 
+def function_entry(root: Path, package: str, name: str) -> tuple[str, str] | None:
+    """(`path:line`, function) of a function of the learner's package, by qualified name.
+
+    A class name stands for its `__init__`; the first file (in path order) that defines it wins.
+    """
+    for path in sorted((root / package).rglob("*.py")):
+        for qualified, first, _last in _functions(path):
+            if qualified in (name, f"{name}.__init__"):
+                return f"{path.relative_to(root).as_posix()}:{first}", qualified
+    return None
+
+
+def edit_target(lab: LabInfo | None, named: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The functions a failing test of `lab` sends the learner to edit, the first one first.
+
+    The test's own `edits` marker names them (`named`: usually one; a test that checks two functions
+    at once names both); a lab that implements exactly one function needs no marker. Empty when
+    neither says (the report then falls back to the lab's first stub).
+    """
+    if named:
+        return named
+    if lab is not None and len(lab.implements) == 1:
+        return lab.implements[:1]
+    return ()
+
+
 # -- status rules -------------------------------------------------------------------------------
 
 
@@ -257,11 +465,57 @@ def package_fingerprint(root: Path, package: str) -> str:
     return digest.hexdigest()
 
 
+def package_files(root: Path, package: str) -> dict[str, str]:
+    """sha256 of each file of the learner's package, by path relative to the package."""
+    folder = root / package
+    files: dict[str, str] = {}
+    for path in sorted(folder.rglob("*.py")) if folder.is_dir() else []:
+        with contextlib.suppress(OSError):
+            files[path.relative_to(folder).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return files
+
+
+def _stale_labs(
+    root: Path, package: str, recorded: dict[str, str], order: list[str], optional: set[str]
+) -> set[str] | None:
+    """The labs whose recorded status the edits since that record may have changed; None: every lab.
+
+    A lab's tests run its own code and the code of the labs before it, so an edited file that holds
+    `# ## Lab X` sections unsettles X and every lab after it. A file of the learner's own that no other
+    file names (the optional exercise's `uppercase.py`) unsettles only the optional labs; any other
+    edit, or a removed file, unsettles everything.
+    """
+    folder = root / package
+    current = package_files(root, package)
+    changed = [rel for rel, digest in current.items() if recorded.get(rel) != digest]
+    if any(rel not in current for rel in recorded):
+        return None
+    texts: dict[str, str] = {}
+    for rel in current:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            texts[rel] = (folder / rel).read_text(encoding="utf-8")
+    stale: set[str] = set()
+    for rel in changed:
+        sections = [m["lab"] for line in texts.get(rel, "").splitlines() if (m := LAB_SECTION.match(line))]
+        if sections:
+            if any(lab not in order for lab in sections):
+                return None
+            stale.update(order[min(order.index(lab) for lab in sections) :])
+            continue
+        stem = Path(rel).stem
+        named = re.compile(rf"\b{re.escape(stem)}\b")
+        if stem == "__init__" or any(named.search(text) for other, text in texts.items() if other != rel):
+            return None
+        stale.update(optional)
+    return stale
+
+
 def read_progress(root: Path, package: str | None = None) -> dict[str, str]:
     """Lab id -> status as recorded by earlier runs in this practice folder ({} elsewhere).
 
-    With `package`, only a record made on the same package files counts: after an edit, a lab the run
-    did not select is unknown again, not done (nor failing) on the strength of an older version.
+    With `package`, only what the edits since a record cannot have changed counts (see `_stale_labs`):
+    a lab the run did not select is unknown again after an edit to its code or an earlier lab's, not
+    done (nor failing) on the strength of an older version.
     """
     try:
         data = json.loads((root / PROGRESS_FILE).read_text(encoding="utf-8"))
@@ -269,21 +523,42 @@ def read_progress(root: Path, package: str | None = None) -> dict[str, str]:
         return {}
     if not isinstance(data, dict):
         return {}
-    if package is not None and data.get("fingerprint") != package_fingerprint(root, package):
-        return {}
     labs = data.get("labs")
-    return {str(k): str(v) for k, v in labs.items()} if isinstance(labs, dict) else {}
+    found = {str(k): str(v) for k, v in labs.items()} if isinstance(labs, dict) else {}
+    if package is None:
+        return found
+    files, order, optional = data.get("files"), data.get("order"), data.get("optional")
+    if not (isinstance(files, dict) and isinstance(order, list) and isinstance(optional, list)):
+        # An older record: it holds only while the package is byte for byte the same.
+        return found if data.get("fingerprint") == package_fingerprint(root, package) else {}
+    stale = _stale_labs(
+        root,
+        package,
+        {str(k): str(v) for k, v in files.items()},
+        [str(i) for i in order],
+        set(map(str, optional)),
+    )
+    return {} if stale is None else {lab: status for lab, status in found.items() if lab not in stale}
 
 
-def write_progress(root: Path, rows: list[LabSummary], package: str) -> None:
-    """Record the labs this run checked in full; only inside a practice folder, never failing the run."""
+def write_progress(
+    root: Path, rows: list[LabSummary], package: str, labs_info: list[LabInfo] | None = None
+) -> None:
+    """Record the labs this run checked in full; only inside a practice folder, never failing the run.
+
+    `labs_info` (the tree's labs, in order) lets a later edit unsettle only the labs it can reach.
+    """
     if not (root / ".pi-course" / "meta.json").is_file():
         return
     labs = read_progress(root, package)
     for row in rows:
         if row.total and row.collected == row.total:
             labs[row.id] = row.status
-    record = {"labs": labs, "fingerprint": package_fingerprint(root, package)}
+    record: dict[str, Any] = {"labs": labs, "fingerprint": package_fingerprint(root, package)}
+    if labs_info is not None:
+        record["files"] = package_files(root, package)
+        record["order"] = [lab.id for lab in labs_info]
+        record["optional"] = [lab.id for lab in labs_info if lab.optional]
     with contextlib.suppress(OSError):  # a read-only folder can still be checked
         (root / PROGRESS_FILE).write_text(
             json.dumps(record, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
@@ -309,11 +584,15 @@ def next_step(
     labs: list[LabInfo],
     recorded: dict[str, str] | None = None,
     entries: dict[str, tuple[str, str | None]] | None = None,
+    stubbed: set[str] | None = None,
 ) -> dict[str, Any] | None:
     """The earliest unfinished required lab (whether this run selected it or not), where to edit, how to re-run.
 
-    None only when every required lab passed in this run or, for labs it did not run, in the folder's
-    recorded state. Then the optional exercise is suggested (`optional: True`) until it is done.
+    A lab this run did not select is known to be unfinished when the folder's record says so or one of
+    its stubs (`stubbed`) still raises. When every required lab left is merely unchecked since an edit,
+    the step says that (`unchecked`: their ids) and asks for a whole run, pointing at no code. None only
+    when every required lab passed in this run or, for labs it did not run, in the folder's recorded
+    state. Then the optional exercise is offered (`optional: True`) until it is done.
     """
     by_id = {row.id: row for row in rows}
     recorded = recorded or {}
@@ -331,8 +610,10 @@ def next_step(
         elif lab.id in blocking:
             pending.append((lab, blocking[lab.id], True))
         elif recorded.get(lab.id) != DONE:
-            pending.append((lab, None, lab.id in recorded))
+            pending.append((lab, None, lab.id in recorded or lab.id in (stubbed or set())))
     required = [item for item in pending if not item[0].optional]
+    if required and not any(item[2] for item in required):
+        return _unchecked_step(rows, [item[0] for item in required])
     if not required:
         optional = [item for item in pending if item[0].optional]
         if not optional:
@@ -353,11 +634,12 @@ def next_step(
     location = failure.location if failure and failure.location else (entry[0] if entry else None)
     function = failure.function if failure and failure.location else (entry[1] if entry else None)
     status = row.status if row is not None else NOT_RUN
-    what = (
-        _failure_text(failure, lab.id, status)
-        if row is not None
-        else _("not checked by this run: it is the next lab to do")
-    )
+    if row is not None:
+        what = _failure_text(failure, lab.id, status)
+    elif lab.optional:
+        what = lab.title or _("optional exercise")
+    else:
+        what = _("not checked by this run: it is the next lab to do")
     return {
         "lab": lab.id,
         "title": lab.title,
@@ -371,6 +653,42 @@ def next_step(
         "message": failure.message if failure else "",
         "command": f'python -m pytest -m "{lab.marker}"',
     }
+
+
+def _unchecked_step(rows: list[LabSummary], unchecked: list[LabInfo]) -> dict[str, Any]:
+    """The step when nothing is known to be unfinished, but required labs went unchecked since an edit."""
+    ids = [lab.id for lab in unchecked]
+    names = ", ".join(ids) if len(ids) <= 6 else f"{', '.join(ids[:3])} … {ids[-1]} ({len(ids)})"
+    what = (
+        _("every lab this run checked passes; not checked since your last change: {labs}").format(labs=names)
+        if any(row.total for row in rows)
+        else _("not checked since your last change: {labs}").format(labs=names)
+    )
+    return {
+        "lab": unchecked[0].id,
+        "title": unchecked[0].title,
+        "status": NOT_RUN,
+        "optional": False,
+        "unchecked": [lab.id for lab in unchecked],
+        "location": None,
+        "function": None,
+        "what": what,
+        "question": "",
+        "diff": [],
+        "message": "",
+        "command": "python -m pytest",
+    }
+
+
+def stubbed_labs(root: Path, package: str, labs: list[LabInfo]) -> set[str]:
+    """The labs with a `LabNotImplemented` stub still raising somewhere in the learner's package."""
+    wanted = {lab.id for lab in labs}
+    found: set[str] = set()
+    pattern = re.compile(r"LabNotImplemented\(\s*[\"']([^\"']+)[\"']")
+    for path in sorted((root / package).rglob("*.py")):
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            found.update(m[1] for m in pattern.finditer(path.read_text(encoding="utf-8")) if m[1] in wanted)
+    return found
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -400,7 +718,7 @@ def pad(text: str, width: int, right: bool = False) -> str:
 
 def status_text(status: str, blocked_by: str | None = None, optional: bool = False) -> str:
     """A lab's status in the learner's language, with its blocker and the optional flag."""
-    names = {
+    names: dict[str, str] = {
         DONE: _("done"),
         FAILING: _("failing"),
         NOT_STARTED: _("not started"),
@@ -437,6 +755,11 @@ def step_lines(step: dict[str, Any] | None, all_done_label: str | None = None) -
     """The next-step lines under the table: what, the test's question and difference, edit, run."""
     if step is None:
         return [all_done_label or all_done_text()]
+    if step.get("unchecked"):
+        return [
+            _("next: {what}").format(what=step["what"]),
+            _("  run:  {command}").format(command=step["command"]),
+        ]
     lines = []
     if step.get("optional"):
         lines.append(_("every required lab is done; if you like, try the optional exercise:"))
@@ -523,3 +846,84 @@ def read_records(
         elif event == "summary":
             summary = record
     return tests, summary, errors
+
+
+@dataclass(frozen=True)
+class NextStep:
+    """The next step of a run, as its closing summary carries it (`next_step` writes it)."""
+
+    lab: str
+    title: str = ""
+    status: Status = Status.NOT_RUN
+    optional: bool = False
+    location: str | None = None
+    function: str | None = None
+    what: str = ""
+    question: str = ""
+    diff: tuple[str, ...] = ()
+    message: str = ""
+    command: str = ""
+    #: The required labs not checked since the last edit, when that is all that is left.
+    unchecked: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: object) -> NextStep:
+        """The step read back, checked and cleaned; ValueError when it names no lab."""
+        if not isinstance(data, dict) or not isinstance(data.get("lab"), str):
+            raise ValueError("not a next step")
+
+        def texts(value: object) -> tuple[str, ...]:
+            return (
+                tuple(clean(v, 4096) for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+            )
+
+        return cls(
+            lab=clean(data["lab"], 40),
+            title=_text(data, "title"),
+            status=status_of(data.get("status")) or Status.NOT_RUN,
+            optional=data.get("optional") is True,
+            location=_optional_text(data, "location"),
+            function=_optional_text(data, "function"),
+            what=_text(data, "what"),
+            question=_text(data, "question"),
+            diff=texts(data.get("diff")),
+            message=_text(data, "message"),
+            command=_text(data, "command"),
+            unchecked=texts(data.get("unchecked")),
+        )
+
+
+@dataclass
+class RunReport:
+    """A whole record stream, typed: test records, lab rows, the next step, collection errors."""
+
+    tests: list[TestRecord] = field(default_factory=list)
+    labs: list[LabSummary] = field(default_factory=list)
+    next: NextStep | None = None
+    collect_errors: list[CollectError] = field(default_factory=list)
+    #: The run wrote its closing summary (a run without one was killed or ended itself).
+    finished: bool = False
+    stopped_early: bool = False
+
+    @classmethod
+    def read(cls, lines: list[str]) -> RunReport:
+        """Read a record stream; a line that is not a record (the stream may be a learner's) is dropped."""
+        report = cls()
+        for line in lines:
+            try:
+                record = json.loads(line) if line.strip() else None
+                event = record.get("event") if isinstance(record, dict) else None
+                if event == "test":
+                    report.tests.append(TestRecord.from_json(record))
+                elif event == "collect_error":
+                    report.collect_errors.append(CollectError.from_json(record))
+                elif event == "summary" and isinstance(record, dict):
+                    rows, step = record.get("labs"), record.get("next")
+                    report.labs = (
+                        [LabSummary.from_json(row) for row in rows] if isinstance(rows, list) else []
+                    )
+                    report.next = NextStep.from_json(step) if step is not None else None
+                    report.finished, report.stopped_early = True, record.get("stopped_early") is True
+            except (ValueError, RecursionError):
+                continue
+        return report

@@ -7,6 +7,12 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
+# The owner map (which lab's `# ## Lab X` section holds a line) is records': it travels into every staged
+# tree with that file. Exported here with the regions it belongs to.
+from pi_course_kit.core.records import LAB_SECTION as LAB_SECTION
+from pi_course_kit.core.records import lab_at as lab_at
+from pi_course_kit.core.records import lab_of_line as lab_of_line
+
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN LAB (?P<lab>\S+)(?: (?P<target>\S+))?\s*$")
 END = re.compile(r"^[ \t]*# END LAB (?P<lab>\S+)\s*$")
 IMPORT = "from .lab import LabNotImplemented\n"

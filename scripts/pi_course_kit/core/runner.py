@@ -11,9 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pi_course_kit.core.records import read_records
+from pi_course_kit.core.locate import kit_cache
+from pi_course_kit.core.records import RunReport, read_records
 
 JSON_ENV = "PI_COURSE_REPORT_JSON"
+#: Where the focused tests may keep mypy's cache (checkpoint 01 type-checks the learner's code). Runs
+#: started here are the machine owner's own (check, verify, mutations, notebooks), so one cache serves
+#: them all; graded runs never get it: a learner must not leave a cache behind for the next one.
+MYPY_CACHE_ENV = "PI_COURSE_MYPY_CACHE"
 
 
 @dataclass
@@ -28,6 +33,8 @@ class RunResult:
     collect_errors: list[dict[str, Any]] = field(default_factory=list)
     timed_out: bool = False
     finished: bool = False
+    #: The same records, typed and checked (`core.records`): what a reader should use.
+    report: RunReport = field(default_factory=RunReport)
 
     @property
     def crashed(self) -> bool:
@@ -59,6 +66,7 @@ def run_tests(
         run_env[JSON_ENV] = str(report)
         run_env.pop("PYTHONPATH", None)
         run_env["PYTHONDONTWRITEBYTECODE"] = "1"
+        run_env.setdefault(MYPY_CACHE_ENV, str(kit_cache() / "mypy"))
         timed_out = False
         try:
             done = subprocess.run(
@@ -85,6 +93,7 @@ def run_tests(
         collect_errors=errors,
         timed_out=timed_out,
         finished=summary is not None,
+        report=RunReport.read(lines),
     )
 
 

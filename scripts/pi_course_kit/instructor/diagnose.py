@@ -70,15 +70,15 @@ def run(args: argparse.Namespace) -> int:
     if outcome.catches:
         print(f"Caught by {len(outcome.catches)} of {total} focused tests:")
         for test in outcome.catches:
-            lab = f"Lab {test['lab']}" if test["lab"] else "no lab"
-            print(f"  FAIL {test['nodeid']}  [{lab}]")
-            print(f"       first failing assertion: {test['message']}")
-            if test.get("location"):
-                print(f"       at {test['location']}")
+            lab = f"Lab {test.lab}" if test.lab else "no lab"
+            print(f"  FAIL {test.nodeid}  [{lab}]")
+            print(f"       first failing assertion: {test.message}")
+            if test.location:
+                print(f"       at {test.location}")
     elif result.collect_errors:
         print("Caught before any test ran: the focused tests cannot be collected:")
-        for collect_error in result.collect_errors:
-            print(f"  {collect_error['message']}")
+        for collect_error in result.report.collect_errors:
+            print(f"  {collect_error.message}")
     elif result.crashed:
         print("Caught: the test run ended without its report (timeout or crash).")
     else:

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import difflib
-import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pi_course_kit.core.manifest import Checkpoint, Course, Mutation
+from pi_course_kit.core.records import TestRecord
+from pi_course_kit.core.regions import lab_at
 from pi_course_kit.core.runner import RunResult, run_tests
 from pi_course_kit.core.staging import TESTS_DIR, stage_tree
-
-# A section comment may be indented: the methods of one class can belong to different labs.
-LAB_SECTION = re.compile(r"^\s*# ## Lab (?P<lab>\S+)")
 
 
 class MutationError(ValueError):
@@ -70,10 +67,7 @@ def mutation_lab(course: Course, checkpoint: Checkpoint, mutation: Mutation) -> 
     offset = source.find(mutation.find)
     if offset < 0:
         return None
-    for line in reversed(source[:offset].splitlines()):
-        if match := LAB_SECTION.match(line):
-            return match["lab"]
-    return None
+    return lab_at(source.splitlines(), source.count("\n", 0, offset) + 1)
 
 
 def mutation_diff(course: Course, checkpoint: Checkpoint, mutation: Mutation, context: int = 2) -> list[str]:
@@ -100,7 +94,7 @@ class MutationRun:
 
     mutation: Mutation
     result: RunResult
-    catches: list[dict[str, Any]] = field(default_factory=list)
+    catches: list[TestRecord] = field(default_factory=list)
 
     @property
     def caught(self) -> bool:
@@ -111,9 +105,9 @@ class MutationRun:
     def first_message(self) -> str:
         """The first failing assertion's first line, or what stopped the run."""
         if self.catches:
-            return str(self.catches[0]["message"])
+            return self.catches[0].message
         if self.result.collect_errors:
-            return str(self.result.collect_errors[0]["message"])
+            return self.result.report.collect_errors[0].message
         return "the run ended without a report" if self.result.crashed else ""
 
     def expect_problem(self) -> str | None:
@@ -149,20 +143,30 @@ def run_mutation(
         target.write_text(mutate_source(target.read_text(encoding="utf-8"), mutation), encoding="utf-8")
         # The plugin's records carry each failure's message; pytest's own tracebacks would only cost time.
         result = None
-        if stop_first and checkpoint.tree_tests != checkpoint.focused_tests:
+        lab = mutation_lab(course, checkpoint, mutation) if stop_first else None
+        markers = [known.marker for known in checkpoint.labs if known.id == lab]
+        if markers:
+            # The mutated lab's own tests first: they are the ones meant to catch it, and a run of one
+            # marker collects only the test files that use it (the report plugin skips the others).
+            result = run_tests(tree, ("--tb=no", "-x", "-m", markers[0]), timeout=timeout)
+            if not (_failed(result) or result.collect_errors or result.crashed):
+                result = None
+        if result is None and stop_first and checkpoint.tree_tests != checkpoint.focused_tests:
             # The checkpoint's own tests alone first: a change to its own solution is what they test, so
             # the run need not pass every parent's test before it gets to them. Only a mutation they miss
             # costs a second run, of the whole lineage.
             own = [f"{TESTS_DIR}/{Path(relative).name}" for relative in checkpoint.focused_tests]
             result = run_tests(tree, ("--tb=no", "-x", *own), timeout=timeout)
-            if not (
-                any(t["outcome"] == "failed" for t in result.tests) or result.collect_errors or result.crashed
-            ):
+            if not (_failed(result) or result.collect_errors or result.crashed):
                 result = None
         if result is None:
             result = run_tests(tree, ("--tb=no", "-x") if stop_first else ("--tb=no",), timeout=timeout)
-    catches = [test for test in result.tests if test["outcome"] == "failed"]
-    return MutationRun(mutation, result, catches)
+    return MutationRun(mutation, result, _failed(result))
+
+
+def _failed(result: RunResult) -> list[TestRecord]:
+    """The run's failed tests, as records."""
+    return [test for test in result.report.tests if test.outcome == "failed"]
 
 
 def survived_problem(run: MutationRun, checkpoint: Checkpoint) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.records import TestRecord
 from pi_course_kit.core.regions import find_regions, find_stubs
 from pi_course_kit.core.runner import RunResult, run_tests
 from pi_course_kit.core.staging import staged
@@ -24,22 +25,28 @@ def run_tree(course: Course, checkpoint: Checkpoint, tree: str, args: tuple[str,
         return run_tests(folder, ("--tb=no", *args))
 
 
+def _tests(result: RunResult) -> list[TestRecord]:
+    """The run's test records, read back checked."""
+    return result.report.tests
+
+
 def solution_problems(course: Course, checkpoint: Checkpoint, result: RunResult | None = None) -> list[str]:
     """Every focused test passes on the solution (skips count as problems)."""
     result = result or run_tree(course, checkpoint, checkpoint.solution)
     where = f"{checkpoint.solution}"
     if result.collect_errors:
         return [
-            f"{where}: the focused tests cannot be collected: {e['message']}" for e in result.collect_errors
+            f"{where}: the focused tests cannot be collected: {e.message}"
+            for e in result.report.collect_errors
         ]
     if not result.tests:
         return [
             f"{where}: no focused test ran (exit {result.returncode}); check {', '.join(checkpoint.focused_tests)}"
         ]
     problems = [
-        f"{where}: {t['nodeid']} {t['outcome']}: {t['message'] or t['skip_reason']}; fix the solution or the test"
-        for t in result.tests
-        if t["outcome"] != "passed"
+        f"{where}: {t.nodeid} {t.outcome}: {t.message or t.skip_reason}; fix the solution or the test"
+        for t in _tests(result)
+        if t.outcome != "passed"
     ]
     if result.returncode != 0 and not problems:
         problems.append(
@@ -55,36 +62,34 @@ def starter_problems(course: Course, checkpoint: Checkpoint, result: RunResult |
     where = checkpoint.starter
     if result.collect_errors:
         return [
-            f"{where}: the starter does not import cleanly: {e['message']}" for e in result.collect_errors
+            f"{where}: the starter does not import cleanly: {e.message}" for e in result.report.collect_errors
         ]
     if not result.tests:
         return [f"{where}: no focused test ran (exit {result.returncode})"]
     problems = []
     optional = {lab.id for lab in checkpoint.labs if lab.optional}
     inherited = {lab.id for lab in checkpoint.tree_labs if lab.inherited}
-    for test in result.tests:
-        allowed = _earlier_or_same(checkpoint, test["lab"])
-        if test["lab"] in inherited:
-            if test["outcome"] != "passed":
+    for test in _tests(result):
+        allowed = _earlier_or_same(checkpoint, test.lab)
+        if test.lab in inherited:
+            if test.outcome != "passed":
                 problems.append(
-                    f"{where}: {test['nodeid']} (inherited Lab {test['lab']}) {test['outcome']} on the starter: "
-                    f"{test['message']}; the parent state must be the parent's target"
+                    f"{where}: {test.nodeid} (inherited Lab {test.lab}) {test.outcome} on the starter: "
+                    f"{test.message}; the parent state must be the parent's target"
                 )
-        elif test["lab"] is None:
+        elif test.lab is None:
             problems.append(
-                f"{where}: {test['nodeid']} carries no lab marker; tag it with one of the lab markers"
+                f"{where}: {test.nodeid} carries no lab marker; tag it with one of the lab markers"
             )
-        elif test["outcome"] == "skipped" and test["lab"] in optional:
+        elif test.outcome == "skipped" and test.lab in optional:
             continue
-        elif test["outcome"] == "passed":
+        elif test.outcome == "passed":
+            problems.append(f"{where}: {test.nodeid} passes on the starter; it must need Lab {test.lab}")
+        elif test.exc_lab not in allowed:
+            got = f"Lab {test.exc_lab}'s LabNotImplemented" if test.exc_lab else test.exc_type
             problems.append(
-                f"{where}: {test['nodeid']} passes on the starter; it must need Lab {test['lab']}"
-            )
-        elif test["exc_lab"] not in allowed:
-            got = f"Lab {test['exc_lab']}'s LabNotImplemented" if test["exc_lab"] else test["exc_type"]
-            problems.append(
-                f"{where}: {test['nodeid']} (Lab {test['lab']}) fails with {got} ({test['message']}); "
-                f"it must fail with LabNotImplemented of Lab {test['lab']} or an earlier lab"
+                f"{where}: {test.nodeid} (Lab {test.lab}) fails with {got} ({test.message}); "
+                f"it must fail with LabNotImplemented of Lab {test.lab} or an earlier lab"
             )
     return problems
 
@@ -93,7 +98,7 @@ def first_red_problems(course: Course, checkpoint: Checkpoint) -> list[str]:
     """`pytest -m <first lab> -x` on the starter stops first on a stub of that lab."""
     first = checkpoint.first_lab
     result = run_tree(course, checkpoint, checkpoint.starter, ("-m", first.marker, "-x"))
-    failed = [t for t in result.tests if t["outcome"] == "failed"]
+    failed = [t for t in _tests(result) if t.outcome == "failed"]
     if not failed:
         return [f"{checkpoint.starter}: `pytest -m {first.marker} -x` stopped on no failure"]
     stubs = {
@@ -102,9 +107,9 @@ def first_red_problems(course: Course, checkpoint: Checkpoint) -> list[str]:
         for stub in find_stubs((course.root / checkpoint.starter / relative).read_text(encoding="utf-8"))
         if stub.lab == first.id
     }
-    if failed[0]["message"] not in stubs:
+    if failed[0].message not in stubs:
         return [
-            f"{checkpoint.starter}: `pytest -m {first.marker} -x` stops first on {failed[0]['message']!r}, "
+            f"{checkpoint.starter}: `pytest -m {first.marker} -x` stops first on {failed[0].message!r}, "
             f"not on a stub of Lab {first.id} ({checkpoint.first_red_prefix} …)"
         ]
     return []

@@ -9,16 +9,21 @@ the learner's version would lack what the chapter adds. Those files are listed a
 
 from __future__ import annotations
 
+import argparse
 import shutil
 from pathlib import Path
 
+from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import write_folder_atomically, write_json_atomically
 from pi_course_kit.core.folder import META_DIR, META_FILE, open_folder
+from pi_course_kit.core.i18n import _
+from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.core.records import DONE
+from pi_course_kit.core.records import FolderMeta, Status
 from pi_course_kit.core.runner import run_tests
 from pi_course_kit.core.staging import staged
+from pi_course_kit.learner import practice
 from pi_course_kit.learner.practice import check_destination, fill_files, meta_record
 
 
@@ -27,8 +32,10 @@ def parent_checkpoint(course: Course, checkpoint: Checkpoint) -> Checkpoint:
     parent = course.parent_of(checkpoint)
     if parent is None:
         raise KitError(
-            f"checkpoint {checkpoint.id} starts from no earlier checkpoint, so --from has nothing to carry over; "
-            f"drop --from (`pi-course practice {checkpoint.id} DIR`)"
+            _(
+                "checkpoint {id} starts from no earlier checkpoint, so --from has nothing to carry over; "
+                "drop --from (`pi-course practice {id} DIR`)"
+            ).format(id=checkpoint.id)
         )
     return parent
 
@@ -37,17 +44,17 @@ def unfinished_labs(course: Course, parent: Checkpoint, source: Path) -> list[st
     """The parent's required labs that are not green in `source` (run on a staged copy, never in place)."""
     with staged(course, parent, source) as tree:
         result = run_tests(tree, timeout=600)
-    rows = {row["id"]: row for row in result.labs}
+    rows = {row.id: row for row in result.report.labs}
     unfinished = []
     for lab in parent.tree_labs:
         if lab.optional:
             continue
         row = rows.get(lab.id)
-        if row is None or row["status"] != DONE:
-            status = "not run" if row is None else str(row["status"])
+        if row is None or row.status != Status.DONE:
+            status = Status.NOT_RUN if row is None else row.status
             unfinished.append(f"Lab {lab.id} ({status})")
-    if result.collect_errors:
-        unfinished.insert(0, f"the tests cannot import ({result.collect_errors[0]['message']})")
+    if result.report.collect_errors:
+        unfinished.insert(0, f"the tests cannot import ({result.report.collect_errors[0].message})")
     return unfinished
 
 
@@ -67,10 +74,8 @@ def carried_and_replaced(
 
 def replaced_files(dest: Path) -> list[str]:
     """The learner's files that `create_from` took from the course instead (read back from meta.json)."""
-    folder = open_folder(dest)
-    record = folder.meta.get("from") if folder is not None else None
-    replaced = record.get("replaced", []) if isinstance(record, dict) else []
-    return [str(rel) for rel in replaced] if isinstance(replaced, list) else []
+    carried = FolderMeta.from_json(open_folder(dest).meta).carried
+    return list(carried.replaced) if carried is not None else []
 
 
 def create_from(course: Course, checkpoint: Checkpoint, source: Path, dest: Path) -> Path:
@@ -78,27 +83,33 @@ def create_from(course: Course, checkpoint: Checkpoint, source: Path, dest: Path
     parent = parent_checkpoint(course, checkpoint)
     folder = open_folder(source) if source.is_dir() else None
     if folder is None:
-        raise KitError(f"--from {source}: no such folder; give your finished {parent.id} practice folder")
+        raise KitError(
+            _("--from {source}: no such folder; give your finished {parent} practice folder").format(
+                source=source, parent=parent.id
+            )
+        )
     if folder.checkpoint_id != parent.id:
         raise KitError(
-            f"--from {source}: a practice folder of checkpoint {folder.checkpoint_id}, but {checkpoint.id} "
-            f"builds on {parent.id}; give your {parent.id} folder"
+            _(
+                "--from {source}: a practice folder of checkpoint {found}, but {id} builds on {parent}; "
+                "give your {parent} folder"
+            ).format(source=source, found=folder.checkpoint_id, id=checkpoint.id, parent=parent.id)
         )
     dest = check_destination(course, dest)
     unfinished = unfinished_labs(course, parent, folder.root)
     if unfinished:
         raise KitError(
-            f"--from {folder.root}: not finished yet: {', '.join(unfinished)}; make its tests green "
-            f"(`pi-course check` there) and try again; nothing was written"
+            _(
+                "--from {source}: not finished yet: {labs}; make its tests green "
+                "(`pi-course check` there) and try again; nothing was written"
+            ).format(source=folder.root, labs=", ".join(unfinished))
         )
 
     def fill_from(root: Path) -> None:
         fill_files(course, checkpoint, root)
-        record = folder.meta.get("from")
-        earlier = record.get("files", []) if isinstance(record, dict) else []
-        carried, replaced = carried_and_replaced(
-            parent, checkpoint, folder.root, [str(rel) for rel in earlier]
-        )
+        before = FolderMeta.from_json(folder.meta).carried
+        earlier = list(before.files) if before is not None else []
+        carried, replaced = carried_and_replaced(parent, checkpoint, folder.root, earlier)
         for relative in carried:
             shutil.copyfile(folder.root / relative, root / relative)
         # The parent's optional transfer exercise (its solution-only files) is the learner's own work too:
@@ -119,3 +130,40 @@ def create_from(course: Course, checkpoint: Checkpoint, source: Path, dest: Path
         write_json_atomically(root / META_DIR / META_FILE, meta)
 
     return write_folder_atomically(dest, fill_from)
+
+
+# -- the `practice` command: this module is its entry, so that practice never imports lineage --------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `practice` command's arguments (declared by practice), --from among them."""
+    practice.add_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`pi-course practice`: from the starter, or with --from from the learner's own parent folder."""
+    if args.source is None:
+        return practice.run(args)
+    course = manifest.load(course_manifest(args.course))
+    checkpoint = course.checkpoint(args.checkpoint)
+    dest = create_from(course, checkpoint, args.source, args.dir)
+    replaced = replaced_files(dest)
+    if replaced:
+        print(
+            _(
+                "this chapter changes {files}, so they come from the course, not from {source} "
+                "(your own versions stay there)"
+            ).format(files=", ".join(replaced), source=args.source)
+        )
+    # The parent's optional exercise, when the learner wrote it, came along and still runs by its marker.
+    parent = parent_checkpoint(course, checkpoint)
+    exercises = [rel for rel in parent.solution_only if (dest / rel).is_file()]
+    markers = [lab.marker for lab in parent.labs if lab.optional]
+    if exercises and markers:
+        print(
+            _(
+                "your optional exercise {files} came along: `python -m pytest -m {marker}` still runs it"
+            ).format(files=", ".join(exercises), marker=" or ".join(markers))
+        )
+    practice.print_next_steps(course, checkpoint, dest)
+    return 0

@@ -7,27 +7,28 @@ import argparse
 from pi_course_kit import __version__
 from pi_course_kit.core.folder import BACKUP_DIR, META_DIR, open_folder
 from pi_course_kit.core.i18n import _
+from pi_course_kit.core.records import FolderMeta
 from pi_course_kit.learner import check
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare --no-run."""
     parser.add_argument(
-        "--no-run", action="store_true", help="do not run the tests; show files and hints only"
+        "--no-run", action="store_true", help=_("do not run the tests; show files and hints only")
     )
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the folder's facts, what changed since it was made, and (unless --no-run) the lab table."""
     folder = open_folder()
-    meta = folder.meta
+    meta = FolderMeta.from_json(folder.meta)
     print(_("practice folder {root}").format(root=folder.root))
     print(
         _("  checkpoint {id} ({slug}), made {created}").format(
-            id=folder.checkpoint_id, slug=meta.get("slug", "?"), created=meta.get("created", "?")
+            id=meta.checkpoint, slug=meta.slug, created=meta.created
         )
     )
-    made_with = meta.get("kit_version", "?")
+    made_with = meta.kit_version
     note = (
         ""
         if made_with == __version__
@@ -39,10 +40,10 @@ def run(args: argparse.Namespace) -> int:
         print(_("files changed since the folder was made:"))
         for kind in ("modified", "added", "deleted"):
             for name in changes[kind]:
-                print(f"  {kind:<8} {name}")
+                print(f"  {_(kind):<8} {name}")
     else:
         print(_("files changed since the folder was made: none yet (start with LAB-GUIDE.md)"))
-    hints = {lab: count for lab, count in meta.get("hints", {}).items() if count}
+    hints = {lab: count for lab, count in meta.hints.items() if count}
     if hints:
         print(_("hints seen: ") + ", ".join(f"Lab {lab} {count}" for lab, count in sorted(hints.items())))
     backups = folder.root / META_DIR / BACKUP_DIR

@@ -21,9 +21,8 @@ from markupsafe import Markup
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.markup import Child, el, fragment, trusted
 from pi_course_kit.instructor.grade import charts, texts
-from pi_course_kit.instructor.grade.grader import LearnerRecord
+from pi_course_kit.instructor.grade.gradebook import LearnerRecord, points_of
 from pi_course_kit.instructor.grade.mutation_map import MutationMap
-from pi_course_kit.instructor.grade.points import points_of
 from pi_course_kit.instructor.grade.questions import question
 from pi_course_kit.instructor.grade.statistics import ClassStatistics, main_checkpoint, statistics
 from pi_course_kit.instructor.mutate import mutation_diff
@@ -54,7 +53,7 @@ WORDS = {
     "distribution": "Score distribution",
     "distribution_title": "Required-lab scores of {learners} learners (out of {points})",
     "band": "Score",
-    "band_learners": "Learners",
+    "band_learners": "Number of learners",
     "required": "Required labs",
     "rates_title": "Share of the class that finished each required lab",
     "lab": "Lab",
@@ -120,7 +119,7 @@ def most_failed(
     labs_of: dict[str, str] = {}
     for record in records:
         for verdict in record.tests:
-            labs_of.setdefault(verdict["nodeid"], verdict["lab"])
+            labs_of.setdefault(verdict.nodeid, verdict.lab)
     nodes = [node for node, lab in labs_of.items() if labs is None or lab in labs]
     order = {node: index for index, node in enumerate(nodes)}
     failed: Counter[str] = Counter()
@@ -128,7 +127,7 @@ def most_failed(
     started: Counter[str] = Counter()
     for record in records:
         begun = {score.id for score in record.labs if score.passed > 0}
-        passed = {v["nodeid"] for v in record.tests if v["outcome"] == "passed"}
+        passed = {v.nodeid for v in record.tests if v.outcome == "passed"}
         for node in nodes:
             was_started = labs_of[node] in begun
             started[node] += was_started

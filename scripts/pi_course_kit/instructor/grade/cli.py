@@ -21,6 +21,7 @@ from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Course
+from pi_course_kit.core.records import clean
 from pi_course_kit.instructor.grade import (
     class_report,
     classroom,
@@ -33,19 +34,15 @@ from pi_course_kit.instructor.grade import (
     shards,
     statistics,
 )
-from pi_course_kit.instructor.grade.grader import (
-    MAX_META_BYTES,
-    META,
+from pi_course_kit.instructor.grade.gradebook import (
     SANDBOX_ERROR,
     SKIPPED,
-    Grader,
     LearnerRecord,
-    clean,
+    points_of,
     summary,
     write_json_lines,
 )
-from pi_course_kit.instructor.grade.points import points_of
-from pi_course_kit.instructor.grade.sandbox import Limits, MiB
+from pi_course_kit.instructor.grade.grader import MAX_META_BYTES, META, Grader, Limits, MiB
 from pi_course_kit.instructor.options import add_manifest_option, load_course
 
 MERGE = "merge"
@@ -203,8 +200,8 @@ def write_outputs(args: argparse.Namespace, course: Course, records: Sequence[Le
 
 def _print_summary(course: Course, records: Sequence[LearnerRecord]) -> None:
     overview = summary(records)
-    statuses = ", ".join(f"{count} {status}" for status, count in sorted(overview["statuses"].items()))
-    print(f"class: {overview['learners']} folder(s), {overview['graded']} graded: {statuses}")
+    statuses = ", ".join(f"{count} {status}" for status, count in sorted(overview.statuses.items()))
+    print(f"class: {overview.learners} folder(s), {overview.graded} graded: {statuses}")
     # The same figures as the class report's cards (one computation), so the two never disagree.
     figures = statistics.statistics(course, records)
     extra = f", extra credit +{figures.mean_extra:g} of +{figures.extra_max:g}" if figures.extra_max else ""
@@ -212,12 +209,10 @@ def _print_summary(course: Course, records: Sequence[LearnerRecord]) -> None:
         f"  mean score {figures.mean:g}/{figures.required_max:g} over all {figures.learners} learner(s) "
         f"(a submission that could not be scored counts 0){extra}"
     )
-    for row in overview["labs"]:
-        print(
-            f"  Lab {row['id']}: {row['done']}/{row['graded']} done, mean {row['mean_passed']}/{row['total']} tests"
-        )
-    if overview["tests_edited"]:
-        print(f"  {overview['tests_edited']} learner(s) edited the focused tests (the edits had no effect)")
+    for row in overview.labs:
+        print(f"  Lab {row.id}: {row.done}/{row.graded} done, mean {row.mean_passed}/{row.total} tests")
+    if overview.tests_edited:
+        print(f"  {overview.tests_edited} learner(s) edited the focused tests (the edits had no effect)")
     ungraded = [r for r in records if r.status in UNGRADED]
     if ungraded:
         print(

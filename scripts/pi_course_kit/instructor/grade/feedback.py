@@ -9,9 +9,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from pi_course_kit.core.manifest import Course
+from pi_course_kit.core.records import Status
 from pi_course_kit.instructor.grade import texts
-from pi_course_kit.instructor.grade.grader import LearnerRecord
-from pi_course_kit.instructor.grade.points import LabPoints, Points, points_of
+from pi_course_kit.instructor.grade.gradebook import COMPLETE, LabPoints, LearnerRecord, Points, points_of
 from pi_course_kit.instructor.grade.questions import question
 
 #: Most file systems refuse a name over 255 bytes; a percent-encoded CJK character takes 9, so a
@@ -36,7 +36,7 @@ def file_name(learner: str) -> str:
 
 def first_failing(record: LearnerRecord, lab_id: str) -> str | None:
     """The node id of the lab's first pristine test that did not pass, in run order."""
-    return next((t["nodeid"] for t in record.tests if t["lab"] == lab_id and t["outcome"] != "passed"), None)
+    return next((t.nodeid for t in record.tests if t.lab == lab_id and t.outcome != "passed"), None)
 
 
 def _number(value: float) -> str:
@@ -49,15 +49,15 @@ def lab_lines(course: Course, record: LearnerRecord, row: LabPoints) -> list[str
         f"- {texts.POINTS}：{_number(row.points)} / {_number(row.max_points)}"
         f"（{texts.credit_rule(row.credit)}）",
         f"- {texts.TESTS}：{row.passed} / {row.total}",
-        f"- {texts.STATUS}：{texts.lab_status(row.status)}",
+        f"- {texts.STATUS}：{texts.lab_status(row.status, row.blocked_by)}",
     ]
     failing = first_failing(record, row.id)
-    if record.checkpoint is None or failing is None or row.status == "done":
+    if record.checkpoint is None or failing is None or row.status == Status.DONE:
         return lines
     checkpoint = course.checkpoint(record.checkpoint)
     lab = checkpoint.lab(row.id)
     asked = question(course, checkpoint, failing) or texts.NO_DOCSTRING
-    hint = lab.hints[0] if row.status == "not started" or len(lab.hints) < 2 else lab.hints[1]
+    hint = lab.hints[0] if row.status == Status.NOT_STARTED or len(lab.hints) < 2 else lab.hints[1]
     return [
         *lines,
         f"- {texts.FIRST_FAILING}：`{failing}`",
@@ -88,7 +88,7 @@ def render(course: Course, record: LearnerRecord, points: Points | None = None) 
     for row in points.labs:
         optional = f"（{texts.OPTIONAL}）" if row.optional else ""
         lines += ["", f"## Lab {row.id} {row.title}{optional}", "", *lab_lines(course, record, row)]
-    if record.status == "complete":
+    if record.status == COMPLETE:
         lines += ["", texts.ALL_DONE]
     return "\n".join(lines) + "\n"
 

@@ -17,8 +17,7 @@ from pathlib import Path
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
 from pi_course_kit.core.manifest import Course
-from pi_course_kit.instructor.grade.grader import LearnerRecord
-from pi_course_kit.instructor.grade.points import points_of
+from pi_course_kit.instructor.grade.gradebook import LearnerRecord, points_of
 
 #: Characters XML 1.0 cannot hold at all (not even as a character reference): a learner's message with
 #: one of them would make the whole file unreadable, so each is written as a visible escape instead.
@@ -78,15 +77,15 @@ def _suite(course: Course, record: LearnerRecord, host: str) -> TestSuite:
     # import): each such case says it, so a learner opening any one of them sees why.
     not_run = f"the test did not run ({record.status})" + (f": {record.message}" if record.message else "")
     for verdict in record.tests:
-        case = _case(record.learner, verdict["nodeid"], _seconds(record, verdict["nodeid"]))
-        outcome = verdict["outcome"]
+        case = _case(record.learner, verdict.nodeid, _seconds(record, verdict.nodeid))
+        outcome = verdict.outcome
         if outcome == "skipped":
             case.result = [_result(Skipped, SKIPPED_MESSAGE, "skipped")]
         elif outcome == "missing":
             case.result = [_result(Error, not_run, record.status)]
         elif outcome != "passed":
             # The lab's first failure message belongs to its first failing test only.
-            message = messages.pop(verdict["lab"], "") or "failed"
+            message = messages.pop(verdict.lab, "") or "failed"
             case.result = [_result(Failure, message, outcome)]
         suite.add_testcase(case)
     if not record.tests:

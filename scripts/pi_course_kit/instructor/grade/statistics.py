@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.records import DONE
-from pi_course_kit.instructor.grade.grader import COMPLETE, SKIPPED, LearnerRecord
-from pi_course_kit.instructor.grade.points import points_of
+from pi_course_kit.instructor.grade.gradebook import COMPLETE, SKIPPED, LearnerRecord, points_of
 
 #: How many equal bands the score distribution has.
 BANDS = 10

@@ -11,6 +11,7 @@ import os
 from functools import cache
 
 from pi_course_kit.core import i18n
+from pi_course_kit.core.records import Status
 
 
 @cache
@@ -29,7 +30,11 @@ def _(message: str) -> str:
 
 
 #: A lab's status as the grader writes it -> msgid.
-_LAB_STATUS = {"done": "lab done", "failing": "some tests fail", "not started": "not started"}
+_LAB_STATUS: dict[str, str] = {
+    Status.DONE: "lab done",
+    Status.FAILING: "some tests fail",
+    Status.NOT_STARTED: "not started",
+}
 
 #: A learner record's status -> msgid.
 _RECORD_STATUS = {
@@ -84,10 +89,10 @@ def score_axis(maximum: float) -> str:
     return _("score (of {points} points)").format(points=f"{maximum:g}")
 
 
-def lab_status(status: str) -> str:
-    """A lab status in the grading language; "blocked by X" names the lab it waits for."""
-    if status.startswith("blocked by "):
-        return _("blocked by Lab {lab} (finish it first)").format(lab=status.removeprefix("blocked by "))
+def lab_status(status: str, blocked_by: str | None = None) -> str:
+    """A lab status in the grading language; a blocked lab names the lab it waits for."""
+    if status == Status.BLOCKED and blocked_by:
+        return _("blocked by Lab {lab} (finish it first)").format(lab=blocked_by)
     return _(_LAB_STATUS[status]) if status in _LAB_STATUS else status
 
 

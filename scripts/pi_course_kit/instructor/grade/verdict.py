@@ -18,8 +18,9 @@ import copy
 import random
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+
+from pi_course_kit.core.records import TestRecord
 
 CONTROL_SHARE = (
     0.25  # a quarter of the tests get a control: forging any one failure is a 1-in-4 gamble at best
@@ -57,7 +58,7 @@ class Disguise:
 class Verdicts:
     """The grader's reading of one run: real outcomes by public node id, and whether controls were forged."""
 
-    by_node: dict[str, dict[str, Any]]
+    by_node: dict[str, TestRecord]
     controls_expected: int
     controls_passed: int
 
@@ -128,14 +129,20 @@ _NODE = re.compile(r"^(?P<file>[^:]+)::(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<rest>
 def read_verdicts(
     tests: Iterable[object], disguises: Mapping[str, Disguise], expected: Iterable[str]
 ) -> Verdicts:
-    """Map the run's records back to public node ids; count the controls reported as passed."""
+    """Map the run's records back to public node ids; count the controls reported as passed.
+
+    Each record is checked and cleaned as it is read (`TestRecord.from_json`): it comes from the process
+    that ran the learner's code.
+    """
     wanted = set(expected)
-    by_node: dict[str, dict[str, Any]] = {}
+    by_node: dict[str, TestRecord] = {}
     control_outcomes: dict[str, str] = {}
-    for test in tests:
-        if not isinstance(test, dict):
+    for data in tests:
+        try:
+            test = data if isinstance(data, TestRecord) else TestRecord.from_json(data)
+        except ValueError:
             continue
-        match = _NODE.match(str(test.get("nodeid", "")))
+        match = _NODE.match(test.nodeid)
         if match is None:
             continue
         disguise = disguises.get(match["file"].rsplit("/", 1)[-1])
@@ -146,14 +153,14 @@ def read_verdicts(
         if match["name"] in disguise.controls:
             # The worst report of a control wins: one "passed" among duplicates is enough to flag.
             if control_outcomes.get(node + "#" + match["name"]) != "passed":
-                control_outcomes[node + "#" + match["name"]] = str(test.get("outcome"))
+                control_outcomes[node + "#" + match["name"]] = test.outcome
         elif node in wanted:
             # The first report of a real test wins, and only if it is not contradicted by a later one.
             previous = by_node.get(node)
             if previous is None:
-                by_node[node] = test
-            elif previous.get("outcome") != test.get("outcome"):
-                by_node[node] = {**previous, "outcome": "failed", "message": "conflicting reports"}
+                by_node[node] = replace(test, nodeid=node)
+            elif previous.outcome != test.outcome:
+                by_node[node] = replace(previous, outcome="failed", message="conflicting reports")
     passed = sum(1 for outcome in control_outcomes.values() if outcome == "passed")
     expected_controls = sum(len(d.controls) for d in disguises.values())
     return Verdicts(by_node, expected_controls, passed)

@@ -1,0 +1,167 @@
+"""Scoring one graded run: pure functions from the trusted verdicts to a learner record.
+
+Nothing here runs code or touches a sandbox: the grader hands over what it saw (the verdicts, how the
+run ended) and gets the record's labs, flags and status back, so every rule is tested on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from pi_course_kit.core.manifest import Checkpoint
+from pi_course_kit.core.records import CollectError, LabInfo, Status, TestRecord, clean, summarise
+from pi_course_kit.instructor.grade.gradebook import (
+    COMPLETE,
+    CRASHED,
+    ERROR,
+    NOT_STARTED,
+    OUTCOMES,
+    PARTIAL,
+    SANDBOX_ERROR,
+    TAMPERING,
+    TIMEOUT,
+    LabScore,
+    LearnerRecord,
+    TestVerdict,
+)
+
+TAMPERING_FLAG = "tampering: a control test that no honest code can pass was reported as passed; scored 0"
+
+
+class RunEnd(Protocol):
+    """How a run ended, as the grader itself observed it (never from the learner's output)."""
+
+    @property
+    def returncode(self) -> int: ...
+
+    @property
+    def timed_out(self) -> bool: ...
+
+    @property
+    def seconds(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the grader read back from one run: verdicts by public node id, tampering, the report's end."""
+
+    by_node: Mapping[str, TestRecord]
+    tampering: bool
+    #: Whether the run wrote its closing summary (a run without one crashed).
+    finished: bool
+    collect_errors: Sequence[CollectError] = ()
+
+
+def lab_status(
+    passed: int, total: int, found: Sequence[TestRecord], lab: LabInfo
+) -> tuple[Status, str | None]:
+    """The lab's status by the report's own rules (records.summarise), and the lab blocking it."""
+    if total and passed == total:
+        return Status.DONE, None
+    row = summarise([lab], [replace(t, lab=lab.id) for t in found])[0]
+    if row.status == Status.BLOCKED and row.blocked_by:
+        return Status.BLOCKED, clean(row.blocked_by, 20)
+    # Tests that never reported count as failures here, so a lab with any pass is failing, not done.
+    if row.status in (Status.FAILING, Status.IN_PROGRESS, Status.DONE) or passed:
+        return Status.FAILING, None
+    return Status.NOT_STARTED, None
+
+
+def verdicts(labs_of: Mapping[str, str], by_node: Mapping[str, TestRecord]) -> list[TestVerdict]:
+    """Each pristine test's outcome in run order; a test the learner's run did not report is "missing"."""
+    found = []
+    for node, lab in labs_of.items():
+        test = by_node.get(node)
+        outcome = test.outcome if test is not None else "missing"
+        found.append(TestVerdict(node, lab, outcome if outcome in OUTCOMES else "failed"))
+    return found
+
+
+def durations(labs_of: Mapping[str, str], by_node: Mapping[str, TestRecord]) -> dict[str, float]:
+    """Each pristine test's reported duration (TestRecord.from_json already kept only sane ones)."""
+    return {node: by_node[node].duration for node in labs_of if node in by_node}
+
+
+def observed_flags(run: RunEnd) -> list[str]:
+    """Flags from what the grader itself saw (exit status, its own clock), never from learner output."""
+    flags = []
+    signals = {
+        -9: "killed (SIGKILL)",
+        137: "killed (SIGKILL)",
+        -24: "CPU time limit reached",
+        152: "CPU time limit reached",
+    }
+    if run.returncode in signals and not run.timed_out:
+        flags.append(signals[run.returncode])
+    if run.returncode in (-25, 153):
+        flags.append("file size limit reached")
+    return flags
+
+
+def score(
+    record: LearnerRecord, checkpoint: Checkpoint, labs_of: Mapping[str, str], run: RunEnd, found: Found
+) -> None:
+    """Fill `record` (labs, totals, verdicts, flags, status) from one run's trusted verdicts."""
+    by_node = found.by_node
+    for lab in checkpoint.labs:
+        nodes = [node for node, lab_id in labs_of.items() if lab_id == lab.id]
+        tests = [by_node[node] for node in nodes if node in by_node]
+        # Only a pristine test that ran and passed counts: skipped or missing tests never do.
+        passed = 0 if found.tampering else sum(1 for t in tests if t.outcome == "passed")
+        failure = next((t for t in tests if t.outcome != "passed"), None)
+        message = clean(failure.message or failure.skip_reason) if failure else ""
+        status: str
+        blocked_by: str | None
+        if found.tampering:
+            status, blocked_by = TAMPERING, None
+        else:
+            info = LabInfo(lab.id, lab.marker, lab.title, lab.optional)
+            status, blocked_by = lab_status(passed, len(nodes), tests, info)
+        record.labs.append(
+            LabScore(lab.id, lab.title, lab.optional, passed, len(nodes), status, message, blocked_by)
+        )
+    required = [s for s in record.labs if not s.optional]
+    record.passed = sum(s.passed for s in required)
+    # The parent checkpoint's labs earn nothing here, but the parent must stay green: say when it is not.
+    inherited = [lab.id for lab in checkpoint.tree_labs if lab.inherited and not lab.optional]
+    broken = [
+        lab_id
+        for lab_id in inherited
+        if any(
+            (test := by_node.get(node)) is None or test.outcome != "passed"
+            for node, owner in labs_of.items()
+            if owner == lab_id
+        )
+    ]
+    if broken and not found.tampering:
+        record.flags.append(f"parent labs not green: {', '.join(broken)}")
+    trusted = {} if found.tampering else by_node
+    record.tests = verdicts(labs_of, trusted)
+    record.durations = durations(labs_of, trusted)
+    record.total = sum(s.total for s in required)
+    # MemoryError is read from the structured verdict of a graded test, never from printed text.
+    if any(t.exc_type == "MemoryError" for t in by_node.values()):
+        record.flags.append("memory limit reached")
+    record.flags += observed_flags(run)
+    if found.tampering:
+        record.status, record.message = TAMPERING, ""
+        record.flags.append(TAMPERING_FLAG)
+    elif run.timed_out:
+        record.status = TIMEOUT
+        record.message = f"stopped after the wall-time limit of {run.seconds:.0f}s (an endless loop?)"
+    elif found.collect_errors and not by_node:
+        record.status = ERROR
+        first = found.collect_errors[0]
+        where = f" at {clean(first.location, 200)}" if first.location else ""
+        record.message = clean(f"the package does not import{where}: {first.message}")
+    elif not found.finished:
+        record.status = CRASHED
+        record.message = f"the test run ended without its report (exit code {run.returncode})"
+    elif record.total and record.passed == record.total:
+        record.status = COMPLETE
+    else:
+        record.status = PARTIAL if record.passed else NOT_STARTED
+    if record.status in (TIMEOUT, CRASHED, SANDBOX_ERROR) and not by_node:
+        record.flags.append("no test result was recorded")
