@@ -48,7 +48,7 @@ def raised(error: BaseException) -> tuple[type[BaseException], BaseException, Tr
 
 
 def test_an_unfinished_lab_becomes_one_line_naming_lab_target_place_and_hint() -> None:
-    """Does a LabNotImplemented show as `Lab 6.1 未完成：object_schema · <file:line> · pi-course hint 6.1`?"""
+    """Does a LabNotImplemented show as `Lab 6.1 not finished: object_schema · <file:line> · pi-course hint 6.1`?"""
     shell = FakeShell()
     assert lab_errors.install("pi_course", shell)
     assert shell.registered is not None
@@ -59,7 +59,7 @@ def test_an_unfinished_lab_becomes_one_line_naming_lab_target_place_and_hint() -
     ((name, lines),) = shell.short
     assert name == "LabNotImplemented" and len(lines) == 1
     # Raised from this test file, not from inside a pi_course package: the place falls back to the package.
-    assert lines[0] == "Lab 6.1 未完成：object_schema · pi_course · pi-course hint 6.1"
+    assert lines[0] == "Lab 6.1 not finished: object_schema · pi_course · pi-course hint 6.1"
     assert shell.full == []
 
 
@@ -84,7 +84,7 @@ def test_the_box_points_at_the_line_inside_pi_course(tmp_path: Path) -> None:
     _, value, tb = raised_from(namespace["object_schema"])
     assert (
         lab_errors.box(value, tb, "pi_course")
-        == "Lab 6.1 未完成：object_schema · pi_course/tool.py:2 · pi-course hint 6.1"
+        == "Lab 6.1 not finished: object_schema · pi_course/tool.py:2 · pi-course hint 6.1"
     )
 
 

@@ -54,7 +54,7 @@ def test_find_tree_knows_each_kind_of_tree_by_the_courses_package(renamed: Cours
     assert course_of(folder).package == PACKAGE
     tree = nbhelp.find_tree(folder)
     assert (tree.kind, tree.package, tree.checkpoint) == ("practice", PACKAGE, "a1")
-    assert tree.shown == f"./{PACKAGE}（练习目录：mine）"
+    assert tree.shown == f"./{PACKAGE} (practice folder: mine)"
     solution = nbhelp.find_tree(renamed.root / "notebooks", "a1")
     assert (solution.kind, solution.path) == ("solution", (renamed.root / checkpoint.solution).resolve())
     with pytest.MonkeyPatch.context() as patch:
@@ -72,7 +72,7 @@ def test_use_tree_guards_the_courses_package_only(
     unrelated.__file__ = str(tmp_path / "elsewhere" / "pi_course" / "__init__.py")
     monkeypatch.setitem(sys.modules, "pi_course", unrelated)
     assert nbhelp.use_tree(cwd=folder) == folder.resolve()
-    assert capsys.readouterr().out.startswith(f"{PACKAGE} 来自：./{PACKAGE}")
+    assert capsys.readouterr().out.startswith(f"{PACKAGE} from: ./{PACKAGE}")
     other = types.ModuleType(PACKAGE)
     other.__file__ = str(renamed.root / "solutions" / "a1-counter" / PACKAGE / "__init__.py")
     monkeypatch.setitem(sys.modules, PACKAGE, other)
@@ -94,7 +94,7 @@ def test_the_lab_box_points_into_the_courses_package(renamed: Course) -> None:
     line = lab_errors.box(raised.value, raised.tb, PACKAGE)
     source = (starter / PACKAGE / "counter.py").read_text(encoding="utf-8").splitlines()
     where = next(n for n, text in enumerate(source, start=1) if '"1.1", "Counter.add"' in text)
-    assert line == f"Lab 1.1 未完成：Counter.add · {PACKAGE}/counter.py:{where} · pi-course hint 1.1"
+    assert line == f"Lab 1.1 not finished: Counter.add · {PACKAGE}/counter.py:{where} · pi-course hint 1.1"
 
 
 def test_the_check_fingerprint_follows_edits_in_the_courses_package(renamed: Course, tmp_path: Path) -> None:
@@ -133,7 +133,7 @@ def test_a_notebook_runs_on_a_course_with_another_package(renamed: Course, tmp_p
     assert nbrun.notebook_errors(path, starter, package=renamed.package, allow_lab_errors=True) == []
     executed = nbrun.execute(nbrun.load(path), cwd=starter, env=nbrun.kernel_env(starter))
     first = "".join(out.get("text", "") for out in executed.cells[0].outputs)
-    assert first.startswith(f"{PACKAGE} 来自：{nbhelp.TREE_ENV} → {starter.resolve()}")
+    assert first.startswith(f"{PACKAGE} from: {nbhelp.TREE_ENV} → {starter.resolve()}")
     (error,) = executed.cells[1].outputs
     assert error.ename == nbrun.LAB_ERROR
-    assert error.traceback[0].startswith(f"Lab 1.1 未完成：Counter.add · {PACKAGE}/counter.py:")
+    assert error.traceback[0].startswith(f"Lab 1.1 not finished: Counter.add · {PACKAGE}/counter.py:")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gettext
 import json
 import os
+import re
 from pathlib import Path
 
 DOMAIN = "pi_course"
@@ -82,6 +83,54 @@ def course_language() -> str:
     return _course_language
 
 
+def _base(language: str) -> str:
+    return language.split(":")[0].split(".")[0].split("@")[0].split("_")[0].split("-")[0].lower()
+
+
+def speaks_english() -> bool:
+    """Whether this run speaks English (the msgids themselves)."""
+    return _base((requested_languages() or [""])[0]) == "en"
+
+
+def wants_english() -> bool:
+    """Whether this run speaks English while the course is written in another language.
+
+    Course prose (lab titles, hints, test questions) then takes its English form where the course gives one.
+    """
+    return speaks_english() and _base(_course_language) != "en"
+
+
+#: Beside the focused tests: the English form of each test's question (its docstring's first line), by
+#: module then test function, e.g. `[test_06_tool_contract]` / `test_x = "Does ...?"`.
+QUESTIONS_EN = "questions_en.toml"
+_questions: dict[Path, dict[str, dict[str, str]]] = {}
+
+
+def read_questions(path: Path) -> dict[str, dict[str, str]]:
+    """The English questions of a questions file (empty when it is missing or unreadable)."""
+    if path not in _questions:
+        import tomllib
+
+        try:
+            with path.open("rb") as handle:
+                data = tomllib.load(handle)
+        except (OSError, ValueError):
+            data = {}
+        _questions[path] = {
+            module: {name: text for name, text in table.items() if isinstance(text, str)}
+            for module, table in data.items()
+            if isinstance(table, dict)
+        }
+    return _questions[path]
+
+
+def english_question(test_file: Path, function: str) -> str | None:
+    """A focused test's question in English, when this run speaks English and the course does not."""
+    if not wants_english():
+        return None
+    return read_questions(test_file.parent / QUESTIONS_EN).get(test_file.stem, {}).get(function)
+
+
 def is_known(language: str) -> bool:
     """Whether `language` is English (the messages themselves) or one a catalog exists for."""
     if language.split(".")[0].split("_")[0] == "en":
@@ -97,9 +146,56 @@ def use(language: str | None) -> None:
     _current = None
 
 
-def _(message: str) -> str:
-    """The message in the learner's language."""
+def _catalog() -> gettext.NullTranslations:
     global _current
     if _current is None:
         _current = translation()
-    return _current.gettext(message)
+    return _current
+
+
+def _(message: str) -> str:
+    """The message in the learner's language."""
+    return _catalog().gettext(message)
+
+
+def ngettext(singular: str, plural: str, count: int) -> str:
+    """The singular or plural message in the learner's language."""
+    return _catalog().ngettext(singular, plural, count)
+
+
+def _language_named() -> bool:
+    """Whether PI_COURSE_LANG, a locale variable or a practice folder already names the language."""
+    if os.environ.get(LANG_ENV, "").strip():
+        return True
+    for name in _LOCALE_VARIABLES:
+        if os.environ.get(name, "").strip().split(".")[0].split("@")[0] not in _NEUTRAL:
+            return True
+    return folder_language() is not None
+
+
+def manifest_language(manifest: Path) -> str | None:
+    """`[course] language` of a course.toml, read without parsing the whole file (the CLI starts fast)."""
+    try:
+        text = manifest.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    table = re.search(r"^\[course\][ \t]*$(.*?)(?=^\[)", text + "\n[", re.MULTILINE | re.DOTALL)
+    found = re.search(r'^language\s*=\s*"([^"\n]+)"', table.group(1), re.MULTILINE) if table else None
+    return found.group(1) if found else None
+
+
+def prepare_cli(manifest: Path | None) -> None:
+    """Before the command line is parsed: argparse's own lines (usage, errors, headings) through this
+    catalog, and the course's language known even before the manifest is loaded.
+
+    argparse asks gettext's default domain, which holds no translation of its lines: they go through
+    this catalog instead (their msgids are in the .po files), so a usage error speaks the run's language.
+    """
+    import argparse
+
+    setattr(argparse, "_", _)  # noqa: B010 (argparse reads its module-level name at call time)
+    setattr(argparse, "ngettext", ngettext)  # noqa: B010
+    if manifest is not None and not _language_named():
+        language = manifest_language(manifest)
+        if language:
+            set_course_language(language)

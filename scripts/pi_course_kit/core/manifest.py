@@ -36,6 +36,19 @@ class Lab:
     credit: str = "fraction"
     #: True where the lab belongs to an earlier checkpoint and is only re-checked here.
     inherited: bool = False
+    #: The title and hints in English, for a run in English of a course in another language (optional).
+    title_en: str = ""
+    hints_en: tuple[str, ...] = ()
+
+    @property
+    def shown_title(self) -> str:
+        """The title in the run's language: `title_en` when the run speaks English and the course does not."""
+        return self.title_en if self.title_en and i18n.wants_english() else self.title
+
+    @property
+    def shown_hints(self) -> tuple[str, ...]:
+        """The hints in the run's language: `hints_en` when the run speaks English and the course does not."""
+        return self.hints_en if self.hints_en and i18n.wants_english() else self.hints
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,15 @@ class Checkpoint:
     tree_support: tuple[str, ...] = ()
     #: One of KINDS. An observation checkpoint has nothing to implement: its starter is its solution.
     kind: str = "labs"
+    #: The title in English, for a run in English of a course in another language (optional).
+    title_en: str = ""
+    #: Held-out focused tests (under tests/held_out/): graded beside the public ones, never given to learners.
+    held_out: tuple[str, ...] = ()
+
+    @property
+    def shown_title(self) -> str:
+        """The title in the run's language: `title_en` when the run speaks English and the course does not."""
+        return self.title_en if self.title_en and i18n.wants_english() else self.title
 
     @property
     def observation(self) -> bool:
@@ -94,7 +116,11 @@ class Checkpoint:
             if lab.id == lab_id:
                 return lab
         known = ", ".join(lab.id for lab in self.labs)
-        raise ManifestError(f"unknown lab {lab_id!r} in checkpoint {self.id}; known labs: {known}")
+        raise ManifestError(
+            i18n._("unknown lab {lab!r} in checkpoint {checkpoint}; known labs: {known}").format(
+                lab=lab_id, checkpoint=self.id, known=known
+            )
+        )
 
     def mutation(self, name: str) -> Mutation:
         """Return the mutation with this name, or raise ManifestError listing the known ones."""
@@ -145,7 +171,11 @@ class Course:
             if checkpoint_id in (checkpoint.id, checkpoint.slug):
                 return checkpoint
         known = ", ".join(c.id for c in self.checkpoints)
-        raise ManifestError(f"unknown checkpoint {checkpoint_id!r}; known checkpoints: {known}")
+        raise ManifestError(
+            i18n._("unknown checkpoint {checkpoint!r}; known checkpoints: {known}").format(
+                checkpoint=checkpoint_id, known=known
+            )
+        )
 
     def parent_of(self, checkpoint: Checkpoint) -> Checkpoint | None:
         """The checkpoint whose solution is `checkpoint`'s parent state, if any."""
@@ -158,7 +188,9 @@ class Course:
                 if lab.id == lab_id:
                     return checkpoint, lab
         known = ", ".join(lab.id for c in self.checkpoints for lab in c.labs)
-        raise ManifestError(f"unknown lab {lab_id!r}; known labs: {known}")
+        raise ManifestError(
+            i18n._("unknown lab {lab!r}; known labs: {known}").format(lab=lab_id, known=known)
+        )
 
 
 class _Reader:
@@ -224,6 +256,8 @@ def _lab(reader: _Reader) -> Lab:
         optional=reader.flag("optional"),
         points=reader.number("points"),
         credit=reader.choice("credit", CREDIT_RULES),
+        title_en=reader.text("title_en", default="", allow_empty=True),
+        hints_en=reader.texts("hints_en"),
     )
 
 
@@ -236,6 +270,26 @@ def _mutation(reader: _Reader) -> Mutation:
         replace=reader.text("replace", default="", allow_empty=True),
         expect=reader.text("expect", default="", allow_empty=True),
     )
+
+
+HELD_OUT_DIR = "tests/held_out/"
+
+
+def _held_out(reader: _Reader) -> tuple[str, ...]:
+    """The held-out test files: `tests/held_out/test_*.py`, each named once, never a public focused test."""
+    paths = reader.texts("held_out")
+    public = {Path(test).name for test in reader.texts("focused_tests")}
+    for path in paths:
+        name = path[len(HELD_OUT_DIR) :]
+        if (
+            not path.startswith(HELD_OUT_DIR)
+            or "/" in name
+            or not (name.startswith("test_") and name.endswith(".py"))
+        ):
+            raise reader._fail("held_out", f"names {path!r}; give files {HELD_OUT_DIR}test_*.py")
+        if name in public or paths.count(path) > 1:
+            raise reader._fail("held_out", f"names {path!r} twice or as a public test; name each file once")
+    return paths
 
 
 def _checkpoint(reader: _Reader) -> Checkpoint:
@@ -266,6 +320,8 @@ def _checkpoint(reader: _Reader) -> Checkpoint:
         inherited_files=reader.texts("inherited_files"),
         contract=reader.optional_text("contract"),
         kind=kind,
+        title_en=reader.text("title_en", default="", allow_empty=True),
+        held_out=_held_out(reader),
     )
     stray = sorted(set(checkpoint.inherited_files) - set(checkpoint.given_files))
     if stray:

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from pi_course_kit.core.i18n import QUESTIONS_EN
 from pi_course_kit.core.manifest import Checkpoint, Course, Lab
 
 TESTS_DIR = "tests"
@@ -21,7 +22,9 @@ def marker_line(lab: Lab) -> str:
     )
     # What the lab implements lets the report point a failing lab at its first function.
     implements = f" | implements={','.join(lab.implements)}" if lab.implements else ""
-    return f"{lab.marker}: {lab.id} | {lab.title}{flags}{implements}"
+    # The English title rides along, for a run in English of a course in another language.
+    english = f" | title_en={lab.title_en}" if lab.title_en else ""
+    return f"{lab.marker}: {lab.id} | {lab.title}{flags}{implements}{english}"
 
 
 def pytest_ini(course: Course, checkpoint: Checkpoint, timeout_seconds: int = 10) -> str:
@@ -78,6 +81,10 @@ def test_files(course: Course, checkpoint: Checkpoint) -> dict[str, Path]:
         files[f"pi_course_locale/{catalog.relative_to(LOCALE_DIR).as_posix()}"] = catalog
     for relative in (*checkpoint.tree_support, *checkpoint.tree_tests):
         files[Path(relative).name] = course.root / relative
+        # The English form of the tests' questions travels with them (a run in English reads it).
+        english = (course.root / relative).with_name(QUESTIONS_EN)
+        if english.is_file():
+            files[QUESTIONS_EN] = english
     return files
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.regions import BEGIN, END
 from pi_course_kit.instructor.options import add_manifest_option, load_course
@@ -97,7 +98,11 @@ def render_stat(diffs: list[FileDiff], colour: bool, width: int = 40) -> list[st
         out.append(f" {diff.relative:<{name_width}} | {changed:>4} {plus}{minus}{note}")
     files = sum(1 for d in diffs if d.lines)
     added, removed = sum(d.added for d in diffs), sum(d.removed for d in diffs)
-    out.append(f" {files} file(s) changed, {added} insertion(s)(+), {removed} deletion(s)(-)")
+    out.append(
+        _(" {files} file(s) changed, {added} insertion(s)(+), {removed} deletion(s)(-)").format(
+            files=files, added=added, removed=removed
+        )
+    )
     return out
 
 
@@ -108,18 +113,22 @@ def solution_tree(course: Course, checkpoint: Checkpoint) -> Path:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the checkpoint, the optional folder, --stat and --color."""
-    parser.add_argument("checkpoint", help="checkpoint id, e.g. 06")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help=_("checkpoint id, e.g. 06"))
     parser.add_argument(
-        "dir", nargs="?", type=Path, help="a practice folder to compare (default: the starter)"
+        "dir",
+        nargs="?",
+        type=Path,
+        metavar="DIR",
+        help=_("a practice folder to compare (default: the starter)"),
     )
-    parser.add_argument("--stat", action="store_true", help="only a per-file summary of changed lines")
+    parser.add_argument("--stat", action="store_true", help=_("only a per-file summary of changed lines"))
     parser.add_argument(
         "--color",
         "--colour",
         dest="color",
         choices=("auto", "always", "never"),
         default="auto",
-        help="colour the output: always, never, or auto (only on a terminal; the default)",
+        help=_("colour the output: always, never, or auto (only on a terminal; the default)"),
     )
     add_manifest_option(parser)
 
@@ -134,12 +143,16 @@ def run(args: argparse.Namespace) -> int:
         old_tree = args.dir
         if not old_tree.is_dir():
             raise KitError(
-                f"{old_tree}: no such folder; give a practice folder (one that holds {course.package}/)"
+                _("{folder}: no such folder; give a practice folder (one that holds {package}/)").format(
+                    folder=old_tree, package=course.package
+                )
             )
         if not (old_tree / course.package).is_dir():
             raise KitError(
-                f"{old_tree}: no {course.package}/ inside, so it is not a practice folder; "
-                f"make one with `pi-course practice {checkpoint.id} DIR`"
+                _(
+                    "{folder}: no {package}/ inside, so it is not a practice folder; "
+                    "make one with `pi-course practice {id} DIR`"
+                ).format(folder=old_tree, package=course.package, id=checkpoint.id)
             )
         old_label = str(args.dir).rstrip("/") or "."
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
@@ -148,7 +161,11 @@ def run(args: argparse.Namespace) -> int:
     )
     lines = render_stat(diffs, colour) if args.stat else render_diff(diffs, colour)
     if not any(d.lines for d in diffs):
-        print(f"no differences in the teaching files ({', '.join(checkpoint.teaching_files)})")
+        print(
+            _("no differences in the teaching files ({files})").format(
+                files=", ".join(checkpoint.teaching_files)
+            )
+        )
         return 0
     print("\n".join(lines))
     return 0

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 
@@ -18,7 +19,7 @@ def add_manifest_option(parser: argparse.ArgumentParser) -> None:
         "--manifest",
         type=Path,
         metavar="PATH",
-        help="course.toml to use (default: the kit's own); its folder is the repository",
+        help=_("course.toml to use (default: the kit's own); its folder is the repository"),
     )
     group.add_argument(
         "--course",
@@ -26,8 +27,10 @@ def add_manifest_option(parser: argparse.ArgumentParser) -> None:
         dest="root",
         type=Path,
         metavar="DIR",
-        help="course checkout holding course.toml and solutions/ (default: PI_COURSE_ROOT, "
-        "then a checkout above the current folder, then the kit's own checkout)",
+        help=_(
+            "course checkout holding course.toml and solutions/ (default: PI_COURSE_ROOT, "
+            "then a checkout above the current folder, then the kit's own checkout)"
+        ),
     )
 
 
@@ -37,7 +40,11 @@ def load_course(args: argparse.Namespace) -> Course:
     root: Path | None = getattr(args, "root", None)
     if root is not None:
         if not root.is_dir():
-            raise KitError(f"--course {root}: not a folder; give the course checkout that holds course.toml")
+            raise KitError(
+                _("--course {root}: not a folder; give the course checkout that holds course.toml").format(
+                    root=root
+                )
+            )
         path = root / "course.toml"
     if path is not None and path.is_dir():
         path = path / "course.toml"

@@ -10,6 +10,7 @@ from pathlib import Path
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import write_folder_atomically
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.staging import stage_tree
@@ -21,80 +22,104 @@ MARK = ".pi-course-checkpoint"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the checkpoint, the destination and --replace."""
-    parser.add_argument("checkpoint", nargs="?", help="checkpoint id or slug, e.g. 06 (none: list them)")
     parser.add_argument(
-        "dir", nargs="?", type=Path, help="where to put parent/ and target/ (default: .checkpoints/SLUG)"
+        "checkpoint",
+        nargs="?",
+        metavar="CHECKPOINT",
+        help=_("checkpoint id or slug, e.g. 06 (none: list them)"),
+    )
+    parser.add_argument(
+        "dir",
+        nargs="?",
+        type=Path,
+        metavar="DIR",
+        help=_("where to put parent/ and target/ (default: .checkpoints/SLUG)"),
     )
     parser.add_argument(
         "--replace",
         action="store_true",
-        help="replace DIR if an earlier `checkpoint` run made it (nothing else)",
+        help=_("replace DIR if an earlier `checkpoint` run made it (nothing else)"),
     )
     parser.add_argument(
         "--course",
         type=Path,
         metavar="DIR",
-        help="the course to use (default: PI_COURSE_ROOT, a checkout above this folder, or the bundled one)",
+        help=_(
+            "the course to use (default: PI_COURSE_ROOT, a checkout above this folder, or the bundled one)"
+        ),
     )
 
 
 def listing(course: Course) -> list[str]:
     """One line per checkpoint."""
-    lines = [f"{course.title}: {len(course.checkpoints)} checkpoint(s)"]
+    lines = [_("{title}: {count} checkpoint(s)").format(title=course.title, count=len(course.checkpoints))]
     for cp in course.checkpoints:
         required = len(cp.required_labs)
         extra = len(cp.labs) - required
-        labs = f"{required} labs" + (f" + {extra} optional" if extra else "")
-        lines.append(f"  {cp.id}  {cp.slug:<20} {labs:<22} {cp.title}")
+        labs = _("{count} labs").format(count=required) + (
+            _(" + {count} optional").format(count=extra) if extra else ""
+        )
+        lines.append(f"  {cp.id}  {cp.slug:<20} {labs:<22} {cp.shown_title}")
     first = course.checkpoints[0].id
-    lines.append(f"show one: scripts/checkpoint {first}   (or: pi-course checkpoint {first})")
+    lines.append(_("show one: scripts/checkpoint {id}   (or: pi-course checkpoint {id})").format(id=first))
     return lines
 
 
 def card(course: Course, cp: Checkpoint, dest: Path) -> list[str]:
     """The checkpoint's card: trees, files, tests per lab, first red and the commands to run."""
     counts = practice.lab_test_counts(course, cp)
-    notebook = cp.notebook + ("" if practice.notebook_path(course, cp) else "  (not written yet)")
+    notebook = cp.notebook + ("" if practice.notebook_path(course, cp) else _("  (not written yet)"))
     lines = [
-        f"checkpoint {cp.id} · {cp.slug}",
-        f"  {cp.title}",
-        f"parent (starter):  {cp.starter}",
-        f"target (solution): {cp.solution}",
-        f"builds on:         {cp.parent or '-'}"
+        _("checkpoint {id} · {slug}").format(id=cp.id, slug=cp.slug),
+        f"  {cp.shown_title}",
+        _("parent (starter):  {path}").format(path=cp.starter),
+        _("target (solution): {path}").format(path=cp.solution),
+        _("builds on:         {parent}").format(parent=cp.parent or "-")
         + (
-            f"  (its target is this parent state; inherited: {', '.join(cp.inherited_files)})"
+            _("  (its target is this parent state; inherited: {files})").format(
+                files=", ".join(cp.inherited_files)
+            )
             if cp.parent
             else ""
         ),
-        f"teaching files:    {', '.join(cp.teaching_files)}",
-        f"given files:       {', '.join(cp.given_files) or '-'}",
-        f"solution only:     {', '.join(cp.solution_only) or '-'}",
-        f"notebook:          {notebook}",
-        f"focused tests:     {', '.join(cp.focused_tests)}",
+        _("teaching files:    {files}").format(files=", ".join(cp.teaching_files)),
+        _("given files:       {files}").format(files=", ".join(cp.given_files) or "-"),
+        _("solution only:     {files}").format(files=", ".join(cp.solution_only) or "-"),
+        _("notebook:          {notebook}").format(notebook=notebook),
+        _("focused tests:     {files}").format(files=", ".join(cp.focused_tests)),
     ]
     width = max(len(lab.id) for lab in cp.labs)
-    lines.append(f"  {'lab':<{width}}  {'marker':<10} {'tests':>5}  title")
+    lines.append(f"  {'lab':<{width}}  {'marker':<10} {_('tests'):>5}  {_('title')}")
     for lab in cp.labs:
-        flag = " (optional)" if lab.optional else ""
-        lines.append(f"  {lab.id:<{width}}  {lab.marker:<10} {counts[lab.id]:>5}  {lab.title}{flag}")
+        flag = _(" (optional)") if lab.optional else ""
+        lines.append(f"  {lab.id:<{width}}  {lab.marker:<10} {counts[lab.id]:>5}  {lab.shown_title}{flag}")
     lines.append(
-        f"  ({sum(counts.values())} test functions, counted per marker; parametrized cases count once)"
+        _("  ({count} test functions, counted per marker; parametrized cases count once)").format(
+            count=sum(counts.values())
+        )
     )
     first = cp.labs[0]
     if cp.observation:
         return [
             *lines,
-            "first red:         none: an observation checkpoint (nothing to implement; run, predict, break)",
-            "commands:",
-            f"  cd {dest / 'target'} && python -m pytest                      # green: every focused test passes",
-            f"  pi-course practice {cp.id} ~/pi-practice                          # your own practice folder",
+            _(
+                "first red:         none: an observation checkpoint (nothing to implement; run, predict, break)"
+            ),
+            _("commands:"),
+            f"  cd {dest / 'target'} && python -m pytest                      # "
+            + _("green: every focused test passes"),
+            f"  pi-course practice {cp.id} ~/pi-practice                          # "
+            + _("your own practice folder"),
         ]
     lines += [
-        f"first red:         {cp.first_red_prefix} …",
-        "commands:",
-        f"  cd {dest / 'parent'} && python -m pytest -m {first.marker} -x   # red: {cp.first_red_prefix} …",
-        f"  cd {dest / 'target'} && python -m pytest                      # green: every focused test passes",
-        f"  pi-course practice {cp.id} ~/pi-practice                          # your own practice folder",
+        _("first red:         {prefix} …").format(prefix=cp.first_red_prefix),
+        _("commands:"),
+        f"  cd {dest / 'parent'} && python -m pytest -m {first.marker} -x   # "
+        + _("red: {prefix} …").format(prefix=cp.first_red_prefix),
+        f"  cd {dest / 'target'} && python -m pytest                      # "
+        + _("green: every focused test passes"),
+        f"  pi-course practice {cp.id} ~/pi-practice                          # "
+        + _("your own practice folder"),
     ]
     return lines
 
@@ -112,7 +137,9 @@ def materialise(course: Course, cp: Checkpoint, dest: Path, replace: bool) -> Pa
     if replace and dest.is_dir() and any(dest.iterdir()):
         if not (dest / MARK).is_file():
             raise KitError(
-                f"{dest} was not made by `pi-course checkpoint`; --replace only replaces such folders"
+                _(
+                    "{dest} was not made by `pi-course checkpoint`; --replace only replaces such folders"
+                ).format(dest=dest)
             )
         # The labs/ and solutions/ refusals hold for a replacement too.
         practice.check_destination(course, dest.parent / f"{dest.name}.new-check")
@@ -135,9 +162,17 @@ def run(args: argparse.Namespace) -> int:
     cp = course.checkpoint(args.checkpoint)
     dest = args.dir if args.dir is not None else course.root / DEFAULT_BASE / cp.slug
     if (dest / MARK).is_file() and not args.replace:
-        raise KitError(f"{dest} already holds this checkpoint's copies; add --replace to refresh them")
+        raise KitError(
+            _("{dest} already holds this checkpoint's copies; add --replace to refresh them").format(
+                dest=dest
+            )
+        )
     made = materialise(course, cp, dest, args.replace)
     print("\n".join(card(course, cp, made)))
-    parent_state = "green too: nothing to implement" if cp.observation else "red"
-    print(f"materialised: {made / 'parent'} ({parent_state}) and {made / 'target'} (green)")
+    parent_state = _("green too: nothing to implement") if cp.observation else _("red")
+    print(
+        _("materialised: {parent} ({state}) and {target} (green)").format(
+            parent=made / "parent", state=parent_state, target=made / "target"
+        )
+    )
     return 0

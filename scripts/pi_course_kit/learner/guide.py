@@ -13,18 +13,21 @@ import queue
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
+from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import PracticeFolder, open_folder
 from pi_course_kit.core.i18n import _
+from pi_course_kit.core.manifest import ManifestError
 from pi_course_kit.core.runner import RunResult, run_tests
-from pi_course_kit.learner.check import RUN_TIMEOUT, run_once, short
+from pi_course_kit.learner.check import RUN_TIMEOUT, require_test_files, run_once, short
 
 KEYS = {"h": "hint", "l": "list", "r": "reset", "q": "quit"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare --poll."""
-    parser.add_argument("--poll", action="store_true", help="poll for saves (file systems without events)")
+    parser.add_argument("--poll", action="store_true", help=_("poll for saves (file systems without events)"))
 
 
 def current_lab(folder: PracticeFolder) -> tuple[dict[str, object] | None, RunResult]:
@@ -32,6 +35,7 @@ def current_lab(folder: PracticeFolder) -> tuple[dict[str, object] | None, RunRe
 
     The report already knows the earliest unfinished lab (records.next_step); this only asks it.
     """
+    require_test_files(folder)
     result = run_tests(folder.root, ("--tb=no",), timeout=RUN_TIMEOUT)
     labs = {str(lab["id"]): lab for lab in folder.meta.get("labs", []) if isinstance(lab, dict)}
     step = result.next_step
@@ -54,7 +58,9 @@ def show(folder: PracticeFolder, lab: dict[str, object] | None, result: RunResul
         return
     row = next((row for row in result.labs if row["id"] == lab["id"]), None)
     count = f"{row['passed']}/{row['total']}" if row else "0/0"
-    print(f"Lab {lab['id']} · {lab['title']}  ({count})")
+    # The report's title speaks the run's language (an English title where the course gives one).
+    title = row["title"] if row else lab["title"]
+    print(f"Lab {lab['id']} · {title}  ({count})")
     for error in result.collect_errors:
         where = short(folder, error.get("location")) or error.get("nodeid")
         print(
@@ -62,7 +68,9 @@ def show(folder: PracticeFolder, lab: dict[str, object] | None, result: RunResul
         )
     step = result.next_step
     if step is not None and not result.collect_errors:
-        print(_("red: {what}").format(what=step.get("what", "")))
+        # A lab merely unchecked since an edit is no red: the step says which labs to re-run.
+        shown = _("next: {what}") if step.get("unchecked") else _("red: {what}")
+        print(shown.format(what=step.get("what", "")))
         if step.get("location"):
             print(_("edit: {where}").format(where=short(folder, str(step["location"]))))
     print(_("hint: pi-course hint {lab}").format(lab=lab["id"]))
@@ -103,10 +111,40 @@ def _saves(folder: PracticeFolder, poll: bool, events: queue.Queue[tuple[str, st
         events.put(("save", ""))
 
 
+def handle_key(folder: PracticeFolder, key: str, lab: dict[str, object] | None) -> str:
+    """Do what one key asks: "quit", "rerun" (the lab's files changed: run it again) or "stay".
+
+    `folder` may have been opened long ago; every command run from here writes meta.json as a
+    read-modify-write of the file as it is now (PracticeFolder.update), so nothing recorded since is lost.
+    """
+    from pi_course_kit.learner import hint, reset
+
+    action = KEYS.get(key)
+    if action == "quit":
+        return "quit"
+    if action == "hint" and lab is not None:
+        _command("hint", hint, [str(lab["id"])])
+    elif action == "list":
+        run_once(folder, ["--tb=no"], verbose=False)
+    elif action == "reset" and lab is not None:
+        _command("reset", reset, [str(lab["id"])])
+        return "rerun"
+    return "stay"
+
+
+def _command(name: str, module: Any, argv: list[str]) -> int:
+    """Run another learner command's module as `pi-course NAME ARGV` would (without importing the CLI)."""
+    parser = argparse.ArgumentParser(prog=f"pi-course {name}")
+    module.add_arguments(parser)
+    try:
+        return int(module.run(parser.parse_args(argv)))
+    except (KitError, ManifestError) as error:
+        print(_("{prog}: error: {message}").format(prog=f"pi-course {name}", message=error), file=sys.stderr)
+        return 2
+
+
 def run(args: argparse.Namespace) -> int:
     """Guide the learner lab by lab until every lab is green or they quit."""
-    from pi_course_kit import cli
-
     folder = open_folder()
     events: queue.Queue[tuple[str, str]] = queue.Queue()
     threading.Thread(target=_saves, args=(folder, args.poll, events), daemon=True).start()
@@ -116,19 +154,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         while True:
             kind, key = events.get()
-            if kind == "key" and KEYS.get(key) == "quit":
-                print(_("stopped watching"), flush=True)
-                return 0
-            if kind == "key" and KEYS.get(key) == "hint" and lab is not None:
-                cli.main(["hint", str(lab["id"])])
-                continue
-            if kind == "key" and KEYS.get(key) == "list":
-                run_once(folder, ["--tb=no"], verbose=False)
-                continue
-            if kind == "key" and KEYS.get(key) == "reset" and lab is not None:
-                cli.main(["reset", str(lab["id"])])
-            elif kind == "key":
-                continue
+            if kind == "key":
+                action = handle_key(folder, key, lab)
+                if action == "quit":
+                    print(_("stopped watching"), flush=True)
+                    return 0
+                if action == "stay":
+                    continue
             kept: list[tuple[str, str]] = []
             with contextlib.suppress(queue.Empty):
                 while True:  # one re-run for a burst of saves; keys typed meanwhile still count

@@ -16,21 +16,23 @@ from pathlib import Path
 from pi_course_kit import __version__
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
-from pi_course_kit.core.files import current_umask, write_folder_atomically, write_json_atomically
+from pi_course_kit.core.files import current_umask, write_folder_atomically
 from pi_course_kit.core.folder import (
     COURSE_SNAPSHOT,
     META_DIR,
-    META_FILE,
     META_FORMAT,
     STARTER_DIR,
     hash_files,
+    keep_kit_copy,
     tracked_files,
+    write_new_meta,
 )
-from pi_course_kit.core.i18n import _
+from pi_course_kit.core.i18n import _, speaks_english
 from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.regions import Stub, find_stubs, functions
 from pi_course_kit.core.staging import stage_tree
+from pi_course_kit.learner.agent_guide import write_agent_guide
 from pi_course_kit.notebook.learner_copy import write_learner_copy
 
 GUIDE = "LAB-GUIDE.md"
@@ -119,11 +121,17 @@ def check_destination(course: Course, dest: Path) -> Path:
         protected = (course.root / name).resolve()
         if dest == protected or protected in dest.parents:
             raise KitError(
-                f"{dest} is inside the kit's {name}/ folder, which the kit generates or keeps as the reference; "
-                "choose a folder outside it, e.g. ~/pi-practice"
+                _(
+                    "{dest} is inside the kit's {name}/ folder, which the kit generates or keeps as the "
+                    "reference; choose a folder outside it, e.g. ~/pi-practice"
+                ).format(dest=dest, name=name)
             )
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise KitError(f"{dest} already exists and is not empty; choose a new folder or empty this one first")
+        raise KitError(
+            _("{dest} already exists and is not empty; choose a new folder or empty this one first").format(
+                dest=dest
+            )
+        )
     return dest
 
 
@@ -146,139 +154,240 @@ def _code(text: str) -> str:
 
 
 def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None, contract: bool = False) -> str:
-    """The Chinese lab guide of a practice folder, generated from the manifest and the starter."""
+    """The lab guide of a practice folder, in the run's language, generated from the manifest and the starter."""
     stubs = starter_stubs(course, checkpoint)
     raises = raise_lines(course, checkpoint)
     counts = lab_test_counts(course, checkpoint)
-    teaching = "、".join(_code(name) for name in checkpoint.teaching_files)
+    sep = _(", ")
+    teaching = sep.join(_code(name) for name in checkpoint.teaching_files)
+    first = checkpoint.first_lab
     lines = [
-        f"# 练习指南 · 检查点 {checkpoint.id}",
+        _("# Lab guide · checkpoint {id}").format(id=checkpoint.id),
         "",
-        f"**{checkpoint.title}**",
+        f"**{checkpoint.shown_title}**",
         "",
         *(
             [
-                f"测试要求的每一条消息和行为（一字不差），都写在 [{CONTRACT}]({CONTRACT}) 里；红灯时先去那里对照。",
+                _(
+                    "Every message and behaviour the tests ask for (to the letter) is in [{contract}]({contract}); "
+                    "when a test is red, compare with it first."
+                ).format(contract=CONTRACT),
                 "",
             ]
             if contract
             else []
         ),
-        f"这个文件夹是你自己的练习场，和课程仓库互不影响：这里的 `{course.package}` 是起始状态（starter），",
-        f"需要你动手的只有 {teaching}，其余文件是已经给好的上一阶段代码。",
-        f"在这个文件夹里运行 `python -m pytest` 时，只会导入本文件夹里的 `{course.package}`。",
+        _(
+            "This folder is your own practice ground, separate from the course repository: the `{package}` "
+            "here is the starting state (the starter),"
+        ).format(package=course.package),
+        _(
+            "and only {files} need your work; the other files are the earlier stage's code, already given."
+        ).format(files=teaching),
+        _("Running `python -m pytest` in this folder imports only this folder's `{package}`.").format(
+            package=course.package
+        ),
         "",
-        "## 怎么练",
+        _("## How to practise"),
         "",
-        "1. 按顺序做下面的 lab；每个 lab 先跑一次它的测试，看到预期的红灯，再去改代码。",
-        "2. 改完保存，重新运行同一条命令，直到这一行变绿，再进入下一个 lab。",
-        "3. 最方便的是开一个终端运行 `pi-course check --watch`：每次保存都会自动重跑，并告诉你下一步改哪一行。",
+        _(
+            "1. Do the labs below in order; run each lab's tests once, see the expected red, then change the code."
+        ),
+        _("2. Save, run the same command again until that row turns green, then go on to the next lab."),
+        _(
+            "3. Easiest: keep a terminal running `pi-course check --watch`: every save re-runs the tests and "
+            "tells you which line to change next."
+        ),
         "",
-        "| 想做什么 | 命令 |",
+        _("| What you want | Command |"),
         "| --- | --- |",
-        "| 看所有 lab 的进度 | `pi-course check` |",
-        "| 保存即重跑 | `pi-course check --watch` |",
-        f"| 只跑某个 lab | `pi-course check --lab {checkpoint.first_lab.id}` 或 `python -m pytest -m {checkpoint.first_lab.marker}` |",
-        f"| 要一条提示（每次多给一条） | `pi-course hint {checkpoint.first_lab.id}` |",
-        f"| 把某个 lab 恢复成起始状态（先自动备份） | `pi-course reset {checkpoint.first_lab.id}` |",
-        "| 看自己改过哪些文件 | `pi-course status` |",
+        _("| See every lab's progress | `pi-course check` |"),
+        _("| Re-run on every save | `pi-course check --watch` |"),
+        _("| Run one lab only | `pi-course check --lab {lab}` or `python -m pytest -m {marker}` |").format(
+            lab=first.id, marker=first.marker
+        ),
+        _("| Get a hint (one more each time) | `pi-course hint {lab}` |").format(lab=first.id),
+        _("| Put a lab back to the starter (backed up first) | `pi-course reset {lab}` |").format(
+            lab=first.id
+        ),
+        _("| See which files you changed | `pi-course status` |"),
         "",
     ]
     if notebook:
         lines += [
-            f"配套笔记本：`{notebook}`（用 `jupyter lab {notebook}` 打开），里面有本检查点的讲解和可以直接运行的例子。",
+            _(
+                "Companion notebook: `{notebook}` (open it with `jupyter lab {notebook}`): it explains this "
+                "checkpoint, with examples you can run."
+            ).format(notebook=notebook),
             "",
         ]
     for index, lab in enumerate(checkpoint.labs):
         lab_stubs = [(file, stub) for file, found in stubs.items() for stub in found if stub.lab == lab.id]
-        heading = f"## Lab {lab.id} · {lab.title}" if not lab.optional else f"## 选做 · {lab.title}"
+        title = lab.shown_title
+        heading = (
+            _("## Lab {lab} · {title}").format(lab=lab.id, title=title)
+            if not lab.optional
+            else _("## Optional · {title}").format(title=title)
+        )
         lines += [heading, ""]
         if lab_stubs:
             lines.append(
-                "要完成的桩（现在调用它们会抛出 `LabNotImplemented`，红灯里显示的就是下面每行开头的名字）："
+                _(
+                    "Stubs to complete (calling them now raises `LabNotImplemented`; a red shows the name "
+                    "that starts each line below):"
+                )
             )
             lines.append("")
             for file, stub in lab_stubs:
-                summary = f" —— {stub.doc}" if stub.doc else ""
+                # The stub's docstring is code (English): it joins the line only where the run speaks English.
+                summary = _(" — {doc}").format(doc=stub.doc) if stub.doc and speaks_english() else ""
                 line = raises.get((file, stub.qualname), stub.line)
                 # The red prints the target; the qualified name helps find it when the two differ.
                 names = _code(stub.target) + (
-                    f"（{_code(stub.qualname)}）" if stub.qualname != stub.target else ""
+                    _(" ({name})").format(name=_code(stub.qualname)) if stub.qualname != stub.target else ""
                 )
-                lines.append(f"- {names}，位于 `{file}:{line}`{summary}")
+                lines.append(
+                    _("- {names}, at `{where}`{summary}").format(
+                        names=names, where=f"{file}:{line}", summary=summary
+                    )
+                )
             lines.append("")
         else:
-            names = "、".join(_code(name) for name in lab.implements)
-            lines += [f"要新写的内容：{names}。起始状态里还没有它，需要你自己建文件。", ""]
+            names = sep.join(_code(name) for name in lab.implements)
+            lines += [
+                _(
+                    "New code to write: {names}. The starter does not have it yet: create the file yourself."
+                ).format(names=names),
+                "",
+            ]
         lines.append(
-            f"- 测试：{counts.get(lab.id, 0)} 个测试函数（参数化后条数更多），pytest 标记 `{lab.marker}`"
+            _(
+                "- Tests: {count} test functions (more cases once parametrised), pytest marker `{marker}`"
+            ).format(count=counts.get(lab.id, 0), marker=lab.marker)
         )
-        lines.append(f"- 运行：`python -m pytest -m {lab.marker}`，或 `pi-course check --lab {lab.id}`")
+        lines.append(
+            _("- Run: `python -m pytest -m {marker}`, or `pi-course check --lab {lab}`").format(
+                marker=lab.marker, lab=lab.id
+            )
+        )
         if lab_stubs:
             example = f"Lab {lab.id} not implemented: {lab_stubs[0][1].target}"
-            lines.append(f"- 第一个红灯：形如 `{example}`（名字是上面列出的某个桩）")
+            lines.append(
+                _("- First red: like `{example}` (the name is one of the stubs above)").format(
+                    example=example
+                )
+            )
         else:
-            lines.append("- 第一个红灯：在你动手之前，这些测试会被跳过或显示 not started，不会算作通过")
+            lines.append(
+                _(
+                    "- First red: before you start, these tests are skipped or shown as not started; "
+                    "they never count as passed"
+                )
+            )
         if index > 0 and not lab.optional:
             lines.append(
-                "- 提醒：这个 lab 的测试会用到前面 lab 的代码；前面没做完时，这一行会显示 blocked，先回去把前面的做完"
+                _(
+                    "- Note: this lab's tests use the code of the labs before it; while those are unfinished "
+                    "this row shows blocked: finish them first"
+                )
             )
         if lab.optional:
-            lines.append("- 这是选做题，不影响必做 lab 的完成状态")
-        lines.append(f"- 卡住了：`pi-course hint {lab.id}`（共 {len(lab.hints)} 条，每次多显示一条）")
+            lines.append(
+                _("- This is an optional exercise: it does not change whether the required labs are done")
+            )
+        lines.append(
+            _("- Stuck: `pi-course hint {lab}` ({count} hints, one more each time)").format(
+                lab=lab.id, count=len(lab.shown_hints)
+            )
+        )
         lines.append("")
     lines += [
-        "## 全部变绿之后",
+        _("## Once everything is green"),
         "",
-        "运行 `pi-course check`，表格里每个必做 lab 都是 done，就完成了这个检查点。",
+        _(
+            "Run `pi-course check`: when every required lab in the table is done, this checkpoint is finished."
+        ),
         "",
     ]
     return "\n".join(lines)
 
 
 def observation_guide(course: Course, checkpoint: Checkpoint, notebook: str | None, contract: bool) -> str:
-    """The Chinese guide of an observation folder: nothing to implement; predict, run, break, restore."""
+    """The guide of an observation folder, in the run's language: nothing to implement; predict, run, break."""
     counts = lab_test_counts(course, checkpoint)
-    teaching = "、".join(_code(name) for name in checkpoint.teaching_files)
+    sep = _(", ")
+    teaching = sep.join(_code(name) for name in checkpoint.teaching_files)
     lines = [
-        f"# 观察指南 · 检查点 {checkpoint.id}",
+        _("# Observation guide · checkpoint {id}").format(id=checkpoint.id),
         "",
-        f"**{checkpoint.title}**",
+        f"**{checkpoint.shown_title}**",
         "",
-        f"这是一个**观察章节**：没有要你实现的函数。这个文件夹里的 `{course.package}` 就是本检查点的目标状态，",
-        "`python -m pytest` 从一开始就是全绿。你要做的是：先预测，再运行，然后故意把它弄坏，看哪条测试抓住了它。",
-        "",
-        *([f"测试核对的每个名字和每条消息，都写在 [{CONTRACT}]({CONTRACT}) 里。", ""] if contract else []),
-        "## 怎么练",
+        _(
+            "This is an **observation chapter**: there is no function for you to implement. The `{package}` "
+            "in this folder is this checkpoint's target state,"
+        ).format(package=course.package),
+        _(
+            "so `python -m pytest` is all green from the start. Your part: predict first, then run, then break "
+            "it on purpose and see which test catches it."
+        ),
         "",
         *(
             [
-                f"1. 打开笔记本 `{notebook}`（`jupyter lab {notebook}`）：每一格运行之前，先在纸上写下你的预测。"
+                _("Every name and message the tests check is in [{contract}]({contract}).").format(
+                    contract=CONTRACT
+                ),
+                "",
+            ]
+            if contract
+            else []
+        ),
+        _("## How to practise"),
+        "",
+        *(
+            [
+                _(
+                    "1. Open the notebook `{notebook}` (`jupyter lab {notebook}`): before running each cell, "
+                    "write your prediction on paper."
+                ).format(notebook=notebook)
             ]
             if notebook
-            else ["1. 阅读下面列出的文件，先在纸上写下你对运行结果的预测。"]
+            else [_("1. Read the files listed below and write on paper what you predict a run will show.")]
         ),
-        "2. 在终端运行 `python -m pytest`，确认全部通过。",
-        f"3. 故意改坏 {teaching} 里的一处（笔记本最后一节列出了几种改法），先预测哪条测试会变红，",
-        "   再运行 `pi-course check` 对照。",
-        "4. 用 `pi-course reset --all` 把文件恢复原样（你的改动会先备份；`pi-course reset --undo` 可以取回）。",
+        _("2. Run `python -m pytest` in a terminal and check that everything passes."),
+        _(
+            "3. Break one spot in {files} on purpose (the notebook's last section lists a few ways), predict "
+            "which test turns red,"
+        ).format(files=teaching),
+        _("   then run `pi-course check` to compare."),
+        _(
+            "4. Put the files back with `pi-course reset --all` (your changes are backed up first; "
+            "`pi-course reset --undo` brings them back)."
+        ),
         "",
-        "| 想做什么 | 命令 |",
+        _("| What you want | Command |"),
         "| --- | --- |",
-        "| 运行全部测试，看每个观察步骤 | `pi-course check` |",
-        f"| 只跑某个观察步骤 | `python -m pytest -m {checkpoint.first_lab.marker}` |",
-        f"| 要一条提示（每次多给一条） | `pi-course hint {checkpoint.first_lab.id}` |",
-        "| 把改坏的文件恢复原样（先自动备份） | `pi-course reset --all` |",
+        _("| Run every test and see each observation step | `pi-course check` |"),
+        _("| Run one observation step only | `python -m pytest -m {marker}` |").format(
+            marker=checkpoint.first_lab.marker
+        ),
+        _("| Get a hint (one more each time) | `pi-course hint {lab}` |").format(lab=checkpoint.first_lab.id),
+        _("| Put the broken files back (backed up first) | `pi-course reset --all` |"),
         "",
     ]
     for lab in checkpoint.labs:
         lines += [
-            f"## 观察 {lab.id} · {lab.title}",
+            _("## Observation {lab} · {title}").format(lab=lab.id, title=lab.shown_title),
             "",
-            f"- 看这些名字：{'、'.join(_code(name) for name in lab.implements)}",
-            f"- 测试：{counts.get(lab.id, 0)} 个测试函数，pytest 标记 `{lab.marker}`",
-            f"- 运行：`python -m pytest -m {lab.marker}`",
-            f"- 提示：`pi-course hint {lab.id}`（共 {len(lab.hints)} 条，每次多显示一条）",
+            _("- Look at these names: {names}").format(
+                names=sep.join(_code(name) for name in lab.implements)
+            ),
+            _("- Tests: {count} test functions, pytest marker `{marker}`").format(
+                count=counts.get(lab.id, 0), marker=lab.marker
+            ),
+            _("- Run: `python -m pytest -m {marker}`").format(marker=lab.marker),
+            _("- Hint: `pi-course hint {lab}` ({count} hints, one more each time)").format(
+                lab=lab.id, count=len(lab.shown_hints)
+            ),
             "",
         ]
     return "\n".join(lines)
@@ -322,18 +431,20 @@ def fill_files(course: Course, checkpoint: Checkpoint, root: Path) -> None:
         guide(course, checkpoint, notebook.name if notebook else None, contract is not None),
         encoding="utf-8",
     )
+    write_agent_guide(course, checkpoint, root, notebook.name if notebook else None)
     pristine = root / META_DIR / STARTER_DIR
     pristine.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(course.path, root / META_DIR / COURSE_SNAPSHOT)
     for relative in checkpoint.teaching_files:
         (pristine / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(starter / relative, pristine / relative)
+    keep_kit_copy(root, course.package)  # what `pi-course reset --kit` puts back
 
 
 def fill(course: Course, checkpoint: Checkpoint, root: Path) -> None:
     """Write a whole practice folder into `root` (a fresh temporary folder): its files, then meta.json once."""
     fill_files(course, checkpoint, root)
-    write_json_atomically(root / META_DIR / META_FILE, meta_record(course, checkpoint, root))
+    write_new_meta(root, meta_record(course, checkpoint, root))
 
 
 def create(course: Course, checkpoint: Checkpoint, dest: Path) -> Path:
@@ -347,7 +458,7 @@ def next_steps(course: Course, checkpoint: Checkpoint, dest: Path, kit_installed
     first = checkpoint.labs[0]
     lines = [
         _("practice folder ready: {dest} (checkpoint {id}: {title})").format(
-            dest=dest, id=checkpoint.id, title=checkpoint.title
+            dest=dest, id=checkpoint.id, title=checkpoint.shown_title
         ),
     ]
     if checkpoint.observation:
@@ -392,42 +503,40 @@ def observation_steps(checkpoint: Checkpoint, dest: Path) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the checkpoint, the destination folder, --from and --course."""
-    parser.add_argument("checkpoint", help="checkpoint id or slug, e.g. 06")
-    parser.add_argument("dir", type=Path, help="new (or empty) folder to create, e.g. ~/pi-practice")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help=_("checkpoint id or slug, e.g. 06"))
+    parser.add_argument(
+        "dir", type=Path, metavar="DIR", help=_("new (or empty) folder to create, e.g. ~/pi-practice")
+    )
     parser.add_argument(
         "--from",
         dest="source",
         type=Path,
         metavar="FOLDER",
-        help="start from your own finished practice folder of the parent checkpoint instead of the "
-        "reference target (refused while its tests are not green; it is never changed)",
+        help=_(
+            "start from your own finished practice folder of the parent checkpoint instead of the "
+            "reference target (refused while its tests are not green; it is never changed)"
+        ),
     )
     parser.add_argument(
         "--course",
         type=Path,
         metavar="DIR",
-        help="the course to use (default: PI_COURSE_ROOT, a checkout above this folder, or the bundled one)",
+        help=_(
+            "the course to use (default: PI_COURSE_ROOT, a checkout above this folder, or the bundled one)"
+        ),
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Create the folder and print the next steps."""
+    """Create the folder from the starter and print the next steps (`--from` is `lineage.run`'s)."""
     course = manifest.load(course_manifest(args.course))
     checkpoint = course.checkpoint(args.checkpoint)
-    if args.source is not None:
-        from pi_course_kit.learner.lineage import create_from, replaced_files
+    dest = create(course, checkpoint, args.dir)
+    print_next_steps(course, checkpoint, dest)
+    return 0
 
-        dest = create_from(course, checkpoint, args.source, args.dir)
-        replaced = replaced_files(dest)
-        if replaced:
-            print(
-                _(
-                    "this chapter changes {files}, so they come from the course, not from {source} "
-                    "(your own versions stay there)"
-                ).format(files=", ".join(replaced), source=args.source)
-            )
-    else:
-        dest = create(course, checkpoint, args.dir)
+
+def print_next_steps(course: Course, checkpoint: Checkpoint, dest: Path) -> None:
+    """Print what to type once the folder is made."""
     kit_installed = importlib.util.find_spec("pytest") is not None
     print("\n".join(next_steps(course, checkpoint, dest, kit_installed)))
-    return 0

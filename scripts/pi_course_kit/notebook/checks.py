@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pi_course_kit.core import manifest, records, runner, staging
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.markup import el, style
 from pi_course_kit.notebook.tree import current_tree
@@ -52,12 +53,14 @@ class CheckReport:
         if self.problem:
             return self.problem
         if not self.lab:
-            done = sum(row["status"] == "done" for row in self.labs)
-            return f"{done}/{len(self.labs)} 个 Lab 完成"
+            done = sum(row["status"] == records.DONE for row in self.labs)
+            return _("{done}/{total} labs done").format(done=done, total=len(self.labs))
         row = next((r for r in self.labs if r["id"] == self.lab), None)
         if row is None:
-            return f"Lab {self.lab}：没有运行任何测试"
-        return f"Lab {self.lab}：{row['passed']}/{row['total']} {self._status(row)}"
+            return _("Lab {lab}: no test ran").format(lab=self.lab)
+        return _("Lab {lab}: {passed}/{total} {status}").format(
+            lab=self.lab, passed=row["passed"], total=row["total"], status=self._status(row)
+        )
 
     def failure_groups(self) -> tuple[list[tuple[str, int]], int]:
         """Distinct failure messages with how many tests gave each (first few), and how many more there are."""
@@ -74,7 +77,7 @@ class CheckReport:
         if self.passed:
             return ""
         if self.next_step and self.next_step.get("location"):
-            return f"下一步：编辑 {self.next_step['location']}"
+            return _("next: edit {where}").format(where=self.next_step["location"])
         return ""
 
     def __str__(self) -> str:
@@ -85,10 +88,14 @@ class CheckReport:
         groups, more = self.failure_groups()
         out += [f"  ✗ ×{count} {message}" for message, count in groups]
         if more:
-            out.append(f"  …另有 {more} 种失败")
+            out.append("  " + self._more(more))
         if self._next():
             out.append("  " + self._next())
         return "\n".join(out)
+
+    @staticmethod
+    def _more(count: int) -> str:
+        return _("…and {count} more kinds of failure").format(count=count)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
@@ -117,9 +124,9 @@ class CheckReport:
             for message, count in groups
         ]
         if more:
-            items.append(el("li", f"…另有 {more} 种失败"))
+            items.append(el("li", self._more(more)))
         colour = "#1a7f37" if self.passed else "#cf222e"
-        head = el("tr", [el("th", h, style=cell) for h in ("Lab", "测试", "状态", "标题")])
+        head = el("tr", [el("th", h, style=cell) for h in ("Lab", _("tests"), _("status"), _("title"))])
         return str(
             el(
                 "div",
@@ -188,11 +195,13 @@ def _run(lab_id: str, timeout: float) -> CheckReport:
         result = runner.run_tests(folder, args, timeout=timeout)
     problem = ""
     if result.timed_out:
-        problem = f"测试没有在 {timeout:g} 秒内结束"
+        problem = _("the tests did not finish within {seconds:g} s").format(seconds=timeout)
     elif result.collect_errors:
-        problem = f"测试无法收集：{result.collect_errors[0].get('message', '')}"
+        problem = _("the tests cannot be collected: {message}").format(
+            message=result.collect_errors[0].get("message", "")
+        )
     elif not result.finished:
-        problem = f"pytest 没有给出报告就结束了（退出码 {result.returncode}）"
+        problem = _("pytest ended without a report (exit code {code})").format(code=result.returncode)
     report = CheckReport(
         lab=lab_id,
         command=command,

@@ -13,9 +13,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from pi_course_kit.core.i18n import _
+
 LAB_ERROR = "LabNotImplemented"
-# Course language first; a gettext catalog can replace this template later.
-BOX = "Lab {lab} 未完成：{target} · {where} · pi-course hint {lab}"
+#: The msgid of the one-line box (its translation in the catalog: the kernel speaks the course's language).
+BOX = "Lab {lab} not finished: {target} · {where} · pi-course hint {lab}"
 
 
 def is_lab_error(error: BaseException) -> bool:
@@ -41,7 +43,7 @@ def box(error: BaseException, tb: TracebackType | None, package: str) -> str:
     """The one line a learner sees for an unfinished lab raised in the course package `package`."""
     lab = str(getattr(error, "lab", "") or "?")
     target = str(getattr(error, "target", "") or error)
-    return BOX.format(lab=lab, target=target, where=_where(tb, package))
+    return _(BOX).format(lab=lab, target=target, where=_where(tb, package))
 
 
 def _handler_for(package: str) -> Callable[..., None]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import COURSE_SNAPSHOT, META_DIR, META_PATH
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.locate import MANIFEST, course_manifest
 from pi_course_kit.core.manifest import Course
 from pi_course_kit.notebook import lab_errors
@@ -83,7 +84,7 @@ def find_tree(cwd: Path | None = None, checkpoint: str | None = None) -> Tree:
     course = course_of(cwd)
     package = course.package
     if _has_package(cwd, package):
-        shown = f"./{package}（练习目录：{cwd.name}）"
+        shown = _("./{package} (practice folder: {folder})").format(package=package, folder=cwd.name)
         return Tree(cwd, "practice", shown, _checkpoint_of(cwd, checkpoint), package)
     # The repository itself: the notebook sits in notebooks/ (or at the root) of the course checkout.
     if course.path.name == MANIFEST and course.root in (cwd.parent, cwd):
@@ -92,7 +93,8 @@ def find_tree(cwd: Path | None = None, checkpoint: str | None = None) -> Tree:
         solution = course.root / course.checkpoint(checkpoint).solution
         if _has_package(solution, package):
             shown = os.path.relpath(solution, cwd)
-            return Tree(solution, "solution", f"{shown}（仓库里的参考解）", checkpoint, package)
+            shown = _("{path} (the repository's reference solution)").format(path=shown)
+            return Tree(solution, "solution", shown, checkpoint, package)
     raise KitError(
         f"no {package} tree found from {cwd}; open the notebook from a practice folder (next to {package}/), "
         f"from the repository's notebooks/ folder, or set {TREE_ENV}=/path/to/tree"
@@ -118,7 +120,7 @@ def use_tree(checkpoint: str | None = None, *, cwd: Path | None = None, quiet: b
     _current = tree
     lab_errors.install(tree.package)
     if not quiet:
-        print(f"{tree.package} 来自：{tree.shown}")
+        print(_("{package} from: {tree}").format(package=tree.package, tree=tree.shown))
     return tree.path
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.markup import el, style
 
 # A CSS value may hold quotes: the builder escapes it inside a double-quoted attribute.
@@ -73,7 +74,7 @@ def json_html(value: object, summary: str = "", *, open_lines: int = OPEN_LINES)
             "summary",
             label,
             " ",
-            el("span", f"（{lines} 行，点击展开）", style=f"color:{MUTED}"),
+            el("span", _(" ({lines} lines, click to open)").format(lines=lines), style=f"color:{MUTED}"),
             style=style("cursor:pointer", MONO, "font-size:12px"),
         ),
         body,

@@ -1,0 +1,272 @@
+"""One run, one language: the learner commands speak the run's language only.
+
+An English course (the fixture, under LANG=en_US.UTF-8) yields no Chinese line, and the Chinese course
+(checkpoint 01, with no language named) no English one, apart from code and the course's literal messages.
+
+What counts as code or literal, and so is never judged (kept narrow on purpose):
+- a Markdown code span (`...`);
+- the course's literal first-red message, `Lab <id> not implemented: <name>` (the same in every course);
+- a token that is plainly code: it holds one of / . _ = < > [ ] { } | @ $ or a digit, starts with `-`
+  (an option) or a quote (a quoted value), is written in capitals only (a metavar such as DIR), is one of
+  the command words `pi-course`, `python`, `pytest`, `cd`, or is the subcommand right after `pi-course`;
+- the word `lab`/`Lab`, which the Chinese catalog keeps as the name of a lab (`Lab 1.1`, the `lab` column).
+
+A line of a Chinese run is English when it holds no Chinese character and still holds an English word,
+or when it holds three English words in a row (a sentence). A line of an English run is Chinese when it
+holds any CJK character (ideograph or full-width punctuation) outside code spans.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURE
+from learner_support import CLI
+from pi_course_kit.core.i18n import QUESTIONS_EN, read_questions
+from pi_course_kit.core.manifest import Checkpoint, Course
+
+CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]")
+CODE_SPAN = re.compile(r"`[^`\n]*`")
+LITERAL = re.compile(r"Lab \S+ not implemented: [\w.]+")
+CODE_CHARS = re.compile(r"[/._=<>\[\]{}|@$0-9]")
+CODE_WORDS = {"pi-course", "python", "pytest", "cd", "lab", "Lab"}
+WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?")
+#: Punctuation around a token that does not make it code: (default: → default.
+EDGES = "()（）,，;；:：!！?？\"'“”‘’…—–·*#"
+LOCALE_VARIABLES = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG", "PI_COURSE_LANG")
+
+
+def _tokens(line: str) -> list[str]:
+    """The line's words with code spans, literal messages and code tokens replaced by a break ("")."""
+    text = LITERAL.sub(" \0 ", CODE_SPAN.sub(" \0 ", line))
+    out: list[str] = []
+    after_cli = False
+    for raw in text.split():
+        token = raw.strip(EDGES)
+        code = (
+            not token
+            or "\0" in token
+            or bool(CODE_CHARS.search(token))
+            or token.startswith("-")
+            or raw[0] in "'\""
+            or (token.isupper() and len(token) > 1)
+            or token in CODE_WORDS
+            or after_cli
+        )
+        after_cli = token == "pi-course"
+        out.append("" if code else token)
+    return out
+
+
+def english_words(line: str) -> list[list[str]]:
+    """Runs of consecutive English words outside code, e.g. [["stopped", "watching"]]."""
+    runs: list[list[str]] = [[]]
+    for token in _tokens(line):
+        if token and WORD.fullmatch(token):
+            runs[-1].append(token)
+        elif runs[-1]:
+            runs.append([])
+    return [run for run in runs if run]
+
+
+def english_line(line: str) -> bool:
+    """Is this line (of a Chinese run) English: no Chinese and a word left, or a sentence of 3+ words?"""
+    runs = english_words(line)
+    return bool(runs) and (not CJK.search(line) or max(len(run) for run in runs) >= 3)
+
+
+def chinese_line(line: str) -> bool:
+    """Is this line (of an English run) Chinese: a CJK character outside code spans?"""
+    return bool(CJK.search(CODE_SPAN.sub("", line)))
+
+
+def test_the_detectors_tell_the_languages_apart() -> None:
+    """Do the detectors flag English prose and Chinese text, and pass code, options and literal messages?"""
+    assert english_line("pi-course check: interrupted")
+    assert english_line("可选迁移练习：新建 uppercase.py / optional transfer: create a Tool named uppercase")
+    assert not english_line("下一步：Lab 1.1（未开始）—— Lab 1.1 not implemented: format_event —— 把它换掉")
+    assert not english_line("  运行：python -m pytest -m lab1_1   （或：pi-course check --lab 1.1）")
+    assert not english_line("用法：pi-course reset [-h] [--all] [--undo] [lab]")
+    assert not english_line("                   [-v]")
+    assert chinese_line("pi-course check：错误：没有检查点 '6'")
+    assert not chinese_line("next: Lab 1.1 (not started) — edit `fx_course/counter.py`")
+
+
+def _env(language: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (*LOCALE_VARIABLES, "PYTHONPATH")}
+    if language:
+        env["LANG"] = language
+    return env
+
+
+def _run(args: list[str], cwd: Path, language: str | None) -> str:
+    done = subprocess.run(
+        [*CLI, *args],
+        cwd=cwd,
+        env=_env(language),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode in (0, 1, 2), (args, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, (args, done.stderr[-2000:])
+    return done.stdout + done.stderr
+
+
+def learner_session(course: Path, checkpoint: Checkpoint, root: Path, language: str | None) -> dict[str, str]:
+    """Every learner command a first session meets, its output keyed by the command line."""
+    lab = checkpoint.labs[0].id
+    folder = root / "practice"
+    course_option = ["--course", str(course)]
+    outputs: dict[str, str] = {}
+
+    def run(args: list[str], cwd: Path = folder) -> None:
+        outputs[" ".join(args)] = _run(args, cwd, language)
+
+    run(["practice", checkpoint.id, str(folder), *course_option], root)
+    outputs["LAB-GUIDE.md"] = (folder / "LAB-GUIDE.md").read_text(encoding="utf-8")
+    run(["practice", "nope", str(root / "other"), *course_option], root)  # an unknown checkpoint
+    run(["practice"], root)  # argparse: missing arguments
+    run(["no-such-command"], root)  # argparse: invalid choice
+    run(["checkpoint", *course_option], root)
+    run(["checkpoint", checkpoint.id, str(root / "copies"), *course_option], root)
+    for command in ("practice", "checkpoint", "check", "hint", "reset", "status", "watch", "diff"):
+        run([command, "--help"])
+    run(["check"])
+    run(["check", "--lab", lab])
+    run(["check", "--lab", "9.9"])
+    run(["check", "--timeout", "0"])
+    run(["hint"])
+    run(["hint", "--all"])
+    run(["hint", "9.9"])
+    run(["status", "--no-run"])
+    run(["reset"])
+    run(["reset", lab])
+    run(["reset", "--undo"])
+    run(["diff", checkpoint.id, ".", "--stat", *course_option])
+    return outputs
+
+
+def _offending(outputs: dict[str, str], judge: object) -> list[str]:
+    assert callable(judge)
+    return [
+        f"{command}: {line}" for command, text in outputs.items() for line in text.splitlines() if judge(line)
+    ]
+
+
+def test_an_english_course_under_an_english_locale_prints_no_chinese_line(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Under LANG=en_US.UTF-8, do practice, checkpoint, check, hint, status, reset, diff and their errors print no Chinese?"""
+    assert course.language == "en"
+    outputs = learner_session(FIXTURE, checkpoint, tmp_path, "en_US.UTF-8")
+    assert "next: Lab 1.1" in outputs["check"]  # the session really ran
+    assert _offending(outputs, chinese_line) == []
+
+
+def test_the_chinese_course_with_no_language_named_prints_no_english_line(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """With no locale, do the same commands on the Chinese course (01) print no English line but code?"""
+    checkpoint = next(c for c in real_course.checkpoints if not c.observation)
+    assert real_course.language == "zh_CN"
+    outputs = learner_session(real_course.root, checkpoint, tmp_path, None)
+    assert "下一步：Lab" in outputs["check"]
+    assert _offending(outputs, english_line) == []
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_lang_is_taken_before_or_after_the_command(real_course: Course, tmp_path: Path, where: str) -> None:
+    """Does `--lang en` switch a usage error to English whether it comes before or after the command?"""
+    args = ["--lang", "en", "practice"] if where == "before" else ["practice", "--lang", "en"]
+    output = _run(args, tmp_path, None)
+    assert "error: the following arguments are required: CHECKPOINT, DIR" in output
+    assert not any(chinese_line(line) for line in output.splitlines())
+
+
+# -- the course's prose in both languages ---------------------------------------------------------
+
+QUOTED = re.compile(r"\"[^\"\n]*\"")
+
+
+def _focused_tests(course: Course) -> dict[str, dict[str, str]]:
+    """Each focused test module's test functions and the first line of their docstrings."""
+    found: dict[str, dict[str, str]] = {}
+    for path in sorted((course.root / "tests" / "focused").glob("test_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found[path.stem] = {
+            node.name: (ast.get_docstring(node) or "").strip().splitlines()[0]
+            if ast.get_docstring(node)
+            else ""
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
+        }
+    return found
+
+
+def test_every_focused_test_asks_its_question_in_chinese_and_has_its_english_form(
+    real_course: Course,
+) -> None:
+    """Is each focused test's question Chinese, with an English form in questions_en.toml and nothing stale?"""
+    questions = read_questions(real_course.root / "tests" / "focused" / QUESTIONS_EN)
+    tests = _focused_tests(real_course)
+    assert {(m, t) for m, names in tests.items() for t in names} == {
+        (m, t) for m, names in questions.items() for t in names
+    }
+    english = [
+        f"{m}::{t}: {doc}" for m, names in tests.items() for t, doc in names.items() if english_line(doc)
+    ]
+    assert english == []
+    not_chinese = [
+        f"{m}::{t}" for m, names in tests.items() for t, doc in names.items() if not CJK.search(doc)
+    ]
+    assert not_chinese == []
+    # The English form may quote a literal message of the course (Chinese) in a code span or in quotes.
+    chinese = [
+        f"{m}::{t}: {text}"
+        for m, names in questions.items()
+        for t, text in names.items()
+        if chinese_line(QUOTED.sub("", text)) or not text.endswith("?")
+    ]
+    assert chinese == []
+
+
+def test_every_lab_and_checkpoint_of_the_course_has_its_english_title_and_hints(real_course: Course) -> None:
+    """Does every checkpoint have title_en, and every lab title_en and as many hints_en as hints, in English?"""
+    for checkpoint in real_course.checkpoints:
+        assert checkpoint.title_en and not chinese_line(checkpoint.title_en), checkpoint.id
+        for lab in checkpoint.labs:
+            assert lab.title_en and not chinese_line(lab.title_en), lab.id
+            assert len(lab.hints_en) == len(lab.hints), lab.id
+            assert not [hint for hint in lab.hints_en if chinese_line(QUOTED.sub("", hint))], lab.id
+
+
+def test_the_chinese_course_in_an_english_locale_speaks_english(real_course: Course, tmp_path: Path) -> None:
+    """Under LANG=en_US.UTF-8, do the guide, check (with a wrong value planted) and hint of 01 show no Chinese?"""
+    checkpoint = next(c for c in real_course.checkpoints if not c.observation)
+    folder = tmp_path / "practice"
+    _run(["practice", checkpoint.id, str(folder)], tmp_path, "en_US.UTF-8")
+    for relative in checkpoint.teaching_files:
+        shutil.copyfile(real_course.root / checkpoint.solution / relative, folder / relative)
+    mutation = checkpoint.mutations[0]
+    target = folder / mutation.file
+    target.write_text(
+        target.read_text(encoding="utf-8").replace(mutation.find, mutation.replace), encoding="utf-8"
+    )
+    outputs = {
+        "LAB-GUIDE.md": (folder / "LAB-GUIDE.md").read_text(encoding="utf-8"),
+        "check": _run(["check"], folder, "en_US.UTF-8"),
+        "hint": _run(["hint", checkpoint.labs[0].id], folder, "en_US.UTF-8"),
+    }
+    questions = read_questions(real_course.root / "tests" / "focused" / QUESTIONS_EN)
+    asked = [q for names in questions.values() for q in names.values() if q in outputs["check"]]
+    assert len(asked) == 1, outputs["check"]  # the failing test's question, in English
+    assert checkpoint.labs[0].hints_en[0] in outputs["hint"]
+    assert _offending(outputs, chinese_line) == []
