@@ -6,13 +6,23 @@ import sys
 from pathlib import Path
 
 import pytest
+
+# Loads the Hypothesis profile (learner or grading) for every test module, those that use none of
+# the shared strategies too.
+import strategies  # noqa: F401
 from pi_course_report import ReportPlugin, StubFailures, pytest_addoption
 
 __all__ = ["pytest_addoption"]  # the report's pytest.ini key (the learner's package)
 
 
+#: The marker a focused test of a lab with several functions carries: the learner's function it checks,
+#: where the report sends a failure that no traceback line places (a wrong value, not an exception).
+EDITS_MARKER = "edits(function, ...): the learner's function(s) this test checks (where a failure sends them)"
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the per-lab report for this run."""
+    """Register the per-lab report and the `edits` marker for this run."""
+    config.addinivalue_line("markers", EDITS_MARKER)
     config.pluginmanager.register(ReportPlugin(config), "pi-course-report")
     config.pluginmanager.register(StubFailures(Path(str(config.rootpath))), "pi-course-stub-failures")
     if (Path(str(config.rootpath)) / ".pi-course" / "meta.json").is_file():

@@ -1,4 +1,4 @@
-"""Hypothesis strategies shared by the focused tests, and the quiet profile they run under."""
+"""Hypothesis strategies shared by the focused tests, and the profiles they run under (learner, grading)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import configuration, settings
 from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 PROFILE = "pi-course"
 
@@ -35,8 +36,9 @@ def hypothesis_home() -> Path:
 # folder; a per-user cache keeps the unicode table between runs instead of rebuilding it every time.
 configuration.set_hypothesis_home_dir(hypothesis_home())
 
-# No example database (a run writes nothing into the learner's folder), no deadline (a slow
-# machine is not a failure), a fixed seed (every learner sees the same counterexample).
+# Grading (verify, grade, CI, any tree that is not a practice folder): no example database (a run
+# writes nothing into the folder), no deadline (a slow machine is not a failure), a fixed seed (every
+# learner sees the same counterexample), 60 examples per property.
 settings.register_profile(
     PROFILE,
     database=None,
@@ -45,7 +47,40 @@ settings.register_profile(
     derandomize=True,
     print_blob=False,
 )
-settings.load_profile(PROFILE)
+#: The same profile under the name `PROFILE_ENV` selects it by.
+GRADING = "grading"
+settings.register_profile(GRADING, settings.get_profile(PROFILE))
+#: A learner's lab run in a practice folder: fewer examples for a quick loop, and an example database
+#: in the folder's own .pi-course/, so a counterexample found once is replayed first on the next run.
+LEARNER = "learner"
+#: `PI_COURSE_HYPOTHESIS=grading|learner` chooses; by default a practice folder runs `learner`.
+PROFILE_ENV = "PI_COURSE_HYPOTHESIS"
+
+
+def practice_database() -> Path | None:
+    """The example database of the practice folder these tests run in; None outside a practice folder."""
+    meta = Path(__file__).resolve().parent.parent / ".pi-course"
+    return meta / "hypothesis" if (meta / "meta.json").is_file() else None
+
+
+def choose_profile() -> str:
+    """The profile for this run: the environment's choice, else `learner` in a practice folder."""
+    wanted = os.environ.get(PROFILE_ENV, "")
+    if wanted in (GRADING, LEARNER):
+        return wanted
+    return LEARNER if practice_database() is not None else GRADING
+
+
+_database = practice_database()
+settings.register_profile(
+    LEARNER,
+    database=DirectoryBasedExampleDatabase(_database) if _database is not None else None,
+    deadline=None,
+    max_examples=20,
+    derandomize=False,
+    print_blob=False,
+)
+settings.load_profile(choose_profile())
 
 #: Field names of the chapter's request schema, plus one it does not declare.
 FIELD_NAMES = ("value", "label", "limit", "ignored")

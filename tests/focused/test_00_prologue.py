@@ -87,6 +87,7 @@ def turn_trace(call_ids: list[str]) -> list[PrologueTraceEvent]:
 
 
 @pytest.mark.observe0_1
+@pytest.mark.edits("format_prologue_trace")
 def test_the_offline_trace_is_one_complete_loop_of_seven_milestones() -> None:
     """离线轨迹是否恰好七步，owner 依次是 user/model/model/loop/tool/model/model，格式化后含 `07 assistant_message`？"""
     trace = run_prologue_demo()
@@ -96,6 +97,7 @@ def test_the_offline_trace_is_one_complete_loop_of_seven_milestones() -> None:
 
 
 @pytest.mark.observe0_1
+@pytest.mark.edits("run_prologue_demo")
 def test_every_run_replays_the_same_fixture() -> None:
     """每次运行得到的七个事件（step、owner、type、detail、tool_call_id）是否都与固定轨迹一字不差？"""
     assert as_rows(run_prologue_demo()) == FIXTURE
@@ -103,6 +105,7 @@ def test_every_run_replays_the_same_fixture() -> None:
 
 
 @pytest.mark.observe0_1
+@pytest.mark.edits("run_prologue_demo")
 def test_the_tool_request_and_its_result_share_one_id() -> None:
     """read 的请求（assistant_message）、调度（tool_start）和结果（tool_result）是否用同一个 `call_1`，且别的事件不带 id？"""
     trace = run_prologue_demo()
@@ -112,6 +115,7 @@ def test_the_tool_request_and_its_result_share_one_id() -> None:
 
 
 @pytest.mark.observe0_1
+@pytest.mark.edits("run_prologue_demo")
 def test_each_run_hands_out_a_fresh_copy() -> None:
     """调用方改动自己拿到的事件和列表之后，下一次运行是否仍然得到原样的固定轨迹？"""
     first = run_prologue_demo()
@@ -122,18 +126,21 @@ def test_each_run_hands_out_a_fresh_copy() -> None:
 
 
 @pytest.mark.observe0_1
+@pytest.mark.edits("format_prologue_trace")
 def test_the_formatted_trace_is_one_aligned_line_per_milestone() -> None:
     """格式化结果是否每步一行：两位补零的 step、补到 17 列的 type、owner=…、detail，行间只用换行分隔？"""
     assert format_prologue_trace(run_prologue_demo()) == "\n".join(FORMATTED)
 
 
 @pytest.mark.observe0_1
+@pytest.mark.edits("format_prologue_trace")
 def test_formatting_an_empty_trace_gives_an_empty_string() -> None:
     """没有事件时，格式化结果是否是空字符串（不是一个换行）？"""
     assert format_prologue_trace([]) == ""
 
 
 @pytest.mark.observe0_1
+@pytest.mark.edits("format_prologue_trace")
 def test_each_line_starts_with_the_zero_padded_step_and_keeps_the_detail() -> None:
     """任意 step 与 detail：该行是否以至少两位（不足补零）的 step 开头、以原样的 detail 结尾？"""
     from hypothesis import given  # imported here, so that a run of the other step never loads hypothesis
@@ -153,6 +160,7 @@ def test_each_line_starts_with_the_zero_padded_step_and_keeps_the_detail() -> No
 
 
 @pytest.mark.observe0_1
+@pytest.mark.edits("run_prologue_demo")
 def test_the_wire_form_uses_camel_case_and_leaves_out_a_missing_call_id() -> None:
     """to_dict() 是否写成 `toolCallId`，而没有工具调用的事件干脆不带这个键？"""
     trace = run_prologue_demo()

@@ -80,6 +80,7 @@ async def waiting_next(events: EventStream[Event, str]) -> asyncio.Task[Event]:
 
 
 @pytest.mark.lab2_1
+@pytest.mark.edits("EventStream.push", "EventStream.__anext__")
 def test_events_pushed_first_are_queued_and_the_terminal_event_resolves_the_result() -> None:
     """先 push 的 delta 与 done 会留在 queue 里按顺序读出吗？done 是否同时给出 result "AB"？"""
 
@@ -97,6 +98,7 @@ def test_events_pushed_first_are_queued_and_the_terminal_event_resolves_the_resu
 
 
 @pytest.mark.lab2_1
+@pytest.mark.edits("EventStream.push")
 def test_manual_next_reads_the_delta_then_the_terminal_event_then_stops() -> None:
     """逐次调用 anext：先得到 delta "A"，再得到终态事件 done "AB"（它仍是一项事件），第三次才结束迭代吗？"""
 
@@ -117,6 +119,7 @@ def test_manual_next_reads_the_delta_then_the_terminal_event_then_stops() -> Non
 
 
 @pytest.mark.lab2_1
+@pytest.mark.edits("EventStream.__anext__")
 def test_a_queued_terminal_event_is_read_before_the_iteration_stops() -> None:
     """终态已经排队、done 已经为真时，读者是否仍先读到排队的事件，而不是直接结束？"""
 
@@ -129,6 +132,7 @@ def test_a_queued_terminal_event_is_read_before_the_iteration_stops() -> None:
 
 
 @pytest.mark.lab2_1
+@pytest.mark.edits("EventStream.push")
 def test_pushes_after_the_terminal_event_are_ignored() -> None:
     """终态事件之后再 push 的事件会被忽略吗？result 仍是第一个终态事件的值吗？"""
 
@@ -146,6 +150,7 @@ def test_pushes_after_the_terminal_event_are_ignored() -> None:
 
 
 @pytest.mark.lab2_1
+@pytest.mark.edits("EventStream.push")
 def test_result_waits_for_the_terminal_event() -> None:
     """在终态事件到来之前调用 result()，它会一直等待、不被普通事件完成，直到终态给出最终值吗？"""
 
@@ -173,6 +178,7 @@ def test_result_waits_for_the_terminal_event() -> None:
 
 
 @pytest.mark.lab2_1
+@pytest.mark.edits("EventStream.result")
 def test_every_result_call_gets_the_same_final_value() -> None:
     """先等待的 result() 与结束之后才调用的 result() 得到的是同一个最终值吗？"""
 
@@ -203,6 +209,7 @@ def test_every_result_call_gets_the_same_final_value() -> None:
 
 
 @pytest.mark.lab2_1
+@pytest.mark.edits("EventStream.__anext__")
 def test_two_iterations_share_one_queue_instead_of_copying_it() -> None:
     """两个迭代器读同一个流时，是争抢同一批事件（每条只交付一次），而不是各得一份副本吗？"""
 
@@ -235,6 +242,7 @@ async def queued_then_read(
 
 
 @pytest.mark.lab2_1
+@pytest.mark.edits("EventStream.push")
 def test_queued_events_are_read_once_in_order_up_to_the_first_terminal_event() -> None:
     """任意一串事件全部先 push：读者是否按顺序、每条一次地读到第一个终态为止，result 取第一个终态的值？"""
     # One plain example first: an unfinished lab fails here, before Hypothesis starts generating.
@@ -257,6 +265,7 @@ def test_queued_events_are_read_once_in_order_up_to_the_first_terminal_event() -
 
 
 @pytest.mark.lab2_2
+@pytest.mark.edits("EventStream.end")
 def test_a_waiting_iterator_is_woken_by_the_next_push_and_end_stops_it() -> None:
     """先调用 anext 而等待的迭代器，会被下一次 push 唤醒并拿到那条事件吗？end("A") 之后迭代结束、result 为 "A" 吗？"""
 
@@ -286,6 +295,7 @@ def test_a_waiting_iterator_is_woken_by_the_next_push_and_end_stops_it() -> None
 
 
 @pytest.mark.lab2_2
+@pytest.mark.edits("EventStream.end")
 def test_end_wakes_every_waiting_reader_with_the_end_of_iteration() -> None:
     """两个读者都在等待时调用 end，它们是否都被唤醒并以 StopAsyncIteration 结束，而不是永远等待？"""
 
@@ -307,6 +317,7 @@ def test_end_wakes_every_waiting_reader_with_the_end_of_iteration() -> None:
 
 
 @pytest.mark.lab2_2
+@pytest.mark.edits("EventStream.end")
 def test_end_without_a_terminal_event_makes_no_event_and_gives_its_result() -> None:
     """没有终态事件时，end(result) 不会制造任何事件，读者只看到排队的事件后结束，result 是 end 的参数吗？"""
 
@@ -322,6 +333,7 @@ def test_end_without_a_terminal_event_makes_no_event_and_gives_its_result() -> N
 
 
 @pytest.mark.lab2_2
+@pytest.mark.edits("EventStream.end")
 def test_end_after_a_terminal_event_keeps_the_terminal_result() -> None:
     """终态事件已经给出结果后再调用 end（甚至两次），result 仍是终态事件的值、不被覆盖吗？"""
 
@@ -338,6 +350,7 @@ def test_end_after_a_terminal_event_keeps_the_terminal_result() -> None:
 
 
 @pytest.mark.lab2_2
+@pytest.mark.edits("EventStream.end")
 def test_a_second_end_does_not_replace_the_first_result() -> None:
     """连续两次 end，result 保留第一次的值，之后的 push 也都被忽略吗？"""
 
@@ -355,6 +368,7 @@ def test_a_second_end_does_not_replace_the_first_result() -> None:
 
 
 @pytest.mark.lab2_2
+@pytest.mark.edits("EventStream._wait_for_next")
 def test_a_waiting_reader_is_woken_by_the_terminal_event_and_then_stops() -> None:
     """读者在等待时到来的是终态事件：它拿到终态事件，下一次读取随即结束（不需要 end）吗？"""
 
@@ -373,6 +387,7 @@ def test_a_waiting_reader_is_woken_by_the_terminal_event_and_then_stops() -> Non
 
 
 @pytest.mark.lab2_2
+@pytest.mark.edits("EventStream._wait_for_next")
 def test_an_event_handed_to_a_waiting_reader_is_not_also_queued() -> None:
     """交给等待读者的事件不会再进入 queue 吗？也就是说，同一条事件不会被读到两次。"""
 
@@ -391,6 +406,7 @@ def test_an_event_handed_to_a_waiting_reader_is_not_also_queued() -> None:
 
 
 @pytest.mark.lab2_2
+@pytest.mark.edits("EventStream._wait_for_next")
 def test_waiting_readers_are_served_in_the_order_they_started_waiting() -> None:
     """两个读者先后等待，接下来的两次 push 是否按等待的先后分别交给它们（先等先得）？"""
 
@@ -406,6 +422,7 @@ def test_waiting_readers_are_served_in_the_order_they_started_waiting() -> None:
 
 
 @pytest.mark.lab2_2
+@pytest.mark.edits("EventStream._wait_for_next")
 def test_a_reader_cancelled_while_waiting_does_not_swallow_the_next_event() -> None:
     """一个等待中的读者被取消后，下一条事件会交给仍在等待的读者，而不是落进被取消者手里丢失吗？"""
 
@@ -452,6 +469,7 @@ async def interleave(
 
 
 @pytest.mark.lab2_2
+@pytest.mark.edits("EventStream.end")
 def test_any_interleaving_of_pushes_and_reads_delivers_every_event_once_in_order() -> None:
     """push 与读取以任意顺序交错（读者可能先等待，事件也可能先排队）：每条事件是否恰好交付一次、顺序不变？"""
     # One plain example first (a reader waits before the first push): an unfinished lab fails here.

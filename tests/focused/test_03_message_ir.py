@@ -102,6 +102,7 @@ def replay_transcript() -> tuple[SystemMessage, SystemMessage, SystemMessage, li
 
 
 @pytest.mark.lab3_1
+@pytest.mark.edits("text_of")
 def test_text_projection_is_lossy_but_leaves_the_canonical_content_unchanged() -> None:
     """text_of 只取文本块、用换行连接（得到 "先读取\\n再回答"），且不改动原消息的 content 吗？"""
     message = assistant_message([text("先读取"), read_call(), text("再回答")])
@@ -112,6 +113,7 @@ def test_text_projection_is_lossy_but_leaves_the_canonical_content_unchanged() -
 
 
 @pytest.mark.lab3_1
+@pytest.mark.edits("text_of")
 def test_text_of_reads_user_and_tool_result_messages_and_gives_empty_text_for_calls_only() -> None:
     """text_of 对 user、toolResult 同样只取文本；只有工具调用的 assistant 消息得到空串吗？"""
     user = UserMessage(content=[text("请读取 README"), text("然后回答")], timestamp=1)
@@ -131,6 +133,7 @@ def test_text_of_reads_user_and_tool_result_messages_and_gives_empty_text_for_ca
 
 
 @pytest.mark.lab3_1
+@pytest.mark.edits("user_message")
 def test_user_message_holds_one_text_block_stamped_now() -> None:
     """user_message("go") 是只含一个文本块的 user 消息，时间戳是当下的整数毫秒吗？"""
     before = now_ms()
@@ -143,6 +146,7 @@ def test_user_message_holds_one_text_block_stamped_now() -> None:
 
 
 @pytest.mark.lab3_1
+@pytest.mark.edits("assistant_message")
 def test_assistant_message_has_the_scripted_defaults() -> None:
     """assistant_message 默认 provider "scripted"、model "scripted-v1"、EMPTY_USAGE、stop_reason "stop"、没有 error_message 吗？"""
     before = now_ms()
@@ -158,6 +162,7 @@ def test_assistant_message_has_the_scripted_defaults() -> None:
 
 
 @pytest.mark.lab3_1
+@pytest.mark.edits("assistant_message")
 def test_assistant_message_keywords_override_each_default() -> None:
     """assistant_message 的关键字参数能逐项覆盖默认值（stop_reason、provider、model、usage、error_message、timestamp）吗？"""
     usage = Usage(input=18, output=12, total_tokens=30)
@@ -184,6 +189,7 @@ def test_assistant_message_keywords_override_each_default() -> None:
 
 
 @pytest.mark.lab3_1
+@pytest.mark.edits("current_system_message", "current_system_prompt")
 def test_system_messages_replay_in_order_appending_content_replacing_and_deleting_sections() -> None:
     """system message 按顺序重放：content 追加、sections 按名字覆盖、None 删除、时间戳取第一条，且不改写任何原消息吗？"""
     base, patch, _note, messages = replay_transcript()
@@ -205,6 +211,7 @@ def test_system_messages_replay_in_order_appending_content_replacing_and_deletin
 
 
 @pytest.mark.lab3_1
+@pytest.mark.edits("system_message_text")
 def test_system_message_text_joins_content_then_sections_skipping_empty_parts() -> None:
     """system_message_text 按 content、各段落的顺序用空行连接，跳过空串与 None；text_of 对 system message 给出同样的文本吗？"""
     message = system("", 1, {"first": "A", "empty": "", "removed": None, "last": "B"})
@@ -214,6 +221,7 @@ def test_system_message_text_joins_content_then_sections_skipping_empty_parts() 
 
 
 @pytest.mark.lab3_1
+@pytest.mark.edits("current_system_message")
 def test_the_replayed_message_does_not_share_its_sections_with_the_transcript() -> None:
     """重放得到的 sections 是新的 dict 吗？改动结果不会反过来改动 transcript 里的 system message。"""
     base = system("You are Pi.", 10, {"rules": "RULE v1"})
@@ -225,6 +233,7 @@ def test_the_replayed_message_does_not_share_its_sections_with_the_transcript() 
 
 
 @pytest.mark.lab3_1
+@pytest.mark.edits("current_system_message")
 def test_a_replaced_section_keeps_its_place_and_a_re_added_one_moves_to_the_end() -> None:
     """按名字替换的段落留在原位；删除后再加回的段落排到最后。prompt 的段落顺序因此是确定的吗？"""
     messages: list[AgentMessage] = [
@@ -240,6 +249,7 @@ def test_a_replaced_section_keeps_its_place_and_a_re_added_one_moves_to_the_end(
 
 
 @pytest.mark.lab3_1
+@pytest.mark.edits("current_system_message")
 def test_a_later_system_message_with_empty_content_adds_no_blank_paragraph() -> None:
     """后来的 system message 若 content 为空，只改 sections，不会在 content 里多出空段落吗？时间戳仍取第一条吗？"""
     messages: list[AgentMessage] = [system("first", 5), system("", 6, {"x": "X"}), system("", 7)]
@@ -250,6 +260,7 @@ def test_a_later_system_message_with_empty_content_adds_no_blank_paragraph() -> 
 
 
 @pytest.mark.lab3_1
+@pytest.mark.edits("current_system_message")
 def test_deleting_an_unknown_section_changes_nothing() -> None:
     """删除一个从未出现过的段落名不会出错，也不改变其余段落吗？"""
     messages: list[AgentMessage] = [system("p", 1, {"keep": "K"}), system("", 2, {"ghost": None})]
@@ -257,6 +268,7 @@ def test_deleting_an_unknown_section_changes_nothing() -> None:
 
 
 @pytest.mark.lab3_1
+@pytest.mark.edits("current_system_message")
 def test_a_transcript_whose_only_system_message_is_empty_replays_to_an_empty_prompt() -> None:
     """只有一条空的 system message 时，重放结果存在（不是 None），prompt 是空串吗？"""
     assert current_system_message([system("", 3)]) == SystemMessage(content="", timestamp=3, sections=None)
@@ -314,6 +326,7 @@ def check_replay(messages: list[AgentMessage]) -> None:
 
 
 @pytest.mark.lab3_1
+@pytest.mark.edits("current_system_message")
 def test_replaying_any_transcript_equals_a_reference_fold() -> None:
     """任意交错的 system/user 消息：重放结果与一个逐条折叠的参考实现一致，prompt 是它的 content 加各段落（跳过空串），且输入不被改写吗？"""
     # One plain example first: an unfinished lab fails here, before Hypothesis starts generating.
@@ -325,6 +338,7 @@ def test_replaying_any_transcript_equals_a_reference_fold() -> None:
 
 
 @pytest.mark.lab3_2
+@pytest.mark.edits("AssistantMessageEventStream", "final_message")
 def test_error_is_a_terminal_event_and_result_gives_the_same_message() -> None:
     """error 事件也是终态吗？迭代只看到 "error" 就结束，result() 返回事件里的同一条消息并保留 "socket reset"。"""
 
@@ -342,6 +356,7 @@ def test_error_is_a_terminal_event_and_result_gives_the_same_message() -> None:
 
 
 @pytest.mark.lab3_2
+@pytest.mark.edits("AssistantMessageEventStream")
 def test_done_ends_the_stream_after_the_deltas_and_result_is_its_message() -> None:
     """start → text_delta → done 依次读出后迭代结束，result() 就是 done 携带的那条消息吗？"""
 
@@ -361,6 +376,7 @@ def test_done_ends_the_stream_after_the_deltas_and_result_is_its_message() -> No
 
 
 @pytest.mark.lab3_2
+@pytest.mark.edits("AssistantMessageEventStream")
 def test_an_aborted_error_is_terminal_too_and_later_events_are_ignored() -> None:
     """reason 为 "aborted" 的 error 同样结束流；之后再 push 的 done 被忽略，result 仍是被取消的那条消息吗？"""
 
@@ -379,6 +395,7 @@ def test_an_aborted_error_is_terminal_too_and_later_events_are_ignored() -> None
 
 
 @pytest.mark.lab3_2
+@pytest.mark.edits("AssistantMessageEventStream")
 def test_a_reader_waiting_for_the_reply_is_woken_by_the_error_and_then_stops() -> None:
     """读者先在流上等待，error 到来时它被唤醒并拿到 error 事件，随后迭代自行结束（无需 end）吗？"""
 
@@ -401,6 +418,7 @@ def test_a_reader_waiting_for_the_reply_is_woken_by_the_error_and_then_stops() -
 
 
 @pytest.mark.lab3_2
+@pytest.mark.edits("final_message")
 def test_final_message_reads_done_and_error_and_refuses_other_events() -> None:
     """final_message 从 done 取 message、从 error 取 error（同一个对象），其他事件抛出 "非终态事件不能生成最终消息" 吗？"""
     message = assistant_message([text("ok")])

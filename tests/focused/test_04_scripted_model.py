@@ -114,6 +114,7 @@ def empty_context() -> AgentContext:
 
 
 @pytest.mark.lab4_1
+@pytest.mark.edits("ScriptedModel._play", "ScriptedModel.stream", "raw_arguments_of")
 def test_a_scripted_turn_is_played_as_the_real_event_protocol_and_the_request_is_saved() -> None:
     """脚本消息被投影成 start → text_delta → toolcall_delta → toolcall_end → done，载荷与 partial 都对，并保存了请求快照吗？"""
 
@@ -165,6 +166,7 @@ def test_a_scripted_turn_is_played_as_the_real_event_protocol_and_the_request_is
 
 
 @pytest.mark.lab4_1
+@pytest.mark.edits("ScriptedModel._play")
 def test_two_text_blocks_get_their_own_content_index_and_the_partial_accumulates() -> None:
     """两个文本块的 text_delta 的 content_index 分别是 0、1，第二个 delta 的 partial 同时含 A 与 B，结果文本是 "A\\nB" 吗？"""
 
@@ -182,6 +184,7 @@ def test_two_text_blocks_get_their_own_content_index_and_the_partial_accumulates
 
 
 @pytest.mark.lab4_1
+@pytest.mark.edits("ScriptedModel.stream")
 def test_the_request_snapshot_is_deep_so_later_changes_to_nested_messages_do_not_reach_it() -> None:
     """requests 保存的是深拷贝吗？调用之后改动原 context 里某条消息的文本，快照里的那条消息仍保持调用时的样子。"""
 
@@ -202,6 +205,7 @@ def test_the_request_snapshot_is_deep_so_later_changes_to_nested_messages_do_not
 
 
 @pytest.mark.lab4_1
+@pytest.mark.edits("ScriptedModel._play")
 def test_each_event_carries_its_own_partial_snapshot() -> None:
     """每个事件带的 partial 是各自的快照吗？播放结束后 start 的 partial 仍为空，改动一个事件的 partial 不影响另一个。"""
 
@@ -221,6 +225,7 @@ def test_each_event_carries_its_own_partial_snapshot() -> None:
 
 
 @pytest.mark.lab4_1
+@pytest.mark.edits("partial_from")
 def test_the_partial_keeps_the_final_metadata_but_starts_with_stop_and_no_content() -> None:
     """start 的 partial 沿用最终消息的 provider、model、usage，但 content 为空、stop_reason 为 "stop" 吗？"""
     usage = Usage(input=18, output=12, total_tokens=30)
@@ -240,6 +245,7 @@ def test_the_partial_keeps_the_final_metadata_but_starts_with_stop_and_no_conten
 
 
 @pytest.mark.lab4_1
+@pytest.mark.edits("terminal_message")
 def test_the_played_message_is_a_copy_of_the_script() -> None:
     """result 与脚本里的回合相等但不是同一个对象吗？改动 result 不会改动脚本，同一个回合可以再播放一次。"""
     turn = first_turn()
@@ -258,6 +264,7 @@ def test_the_played_message_is_a_copy_of_the_script() -> None:
 
 
 @pytest.mark.lab4_1
+@pytest.mark.edits("ScriptedModel._play")
 def test_a_call_that_already_has_raw_arguments_streams_them_unchanged() -> None:
     """回合里的 tool call 自带 raw_arguments 时，toolcall_delta 原样发出这段文本，toolcall_end 的调用也保留它吗？"""
     raw = '{ "path": "README.md" }'
@@ -276,6 +283,7 @@ def test_a_call_that_already_has_raw_arguments_streams_them_unchanged() -> None:
 
 
 @pytest.mark.lab4_1
+@pytest.mark.edits("raw_arguments_of")
 def test_raw_arguments_are_compact_json_that_keeps_non_ascii_text() -> None:
     """raw_arguments_of 给出与 JSON.stringify 相同的紧凑 JSON（没有空格，中文不转义）吗？"""
     assert raw_arguments_of({"path": "README.md"}) == '{"path":"README.md"}'
@@ -284,6 +292,7 @@ def test_raw_arguments_are_compact_json_that_keeps_non_ascii_text() -> None:
 
 
 @pytest.mark.lab4_1
+@pytest.mark.edits("ScriptedModel.stream")
 def test_turns_are_chosen_in_call_order_even_when_played_later() -> None:
     """连续两次 stream 之后才读取：第一次调用得到第一个回合、第二次得到第二个，requests 也按调用顺序保存吗？"""
 
@@ -300,6 +309,7 @@ def test_turns_are_chosen_in_call_order_even_when_played_later() -> None:
 
 
 @pytest.mark.lab4_1
+@pytest.mark.edits("ScriptedModel.stream")
 def test_a_length_stop_ends_with_done_and_its_reason() -> None:
     """stop_reason 为 "length" 的回合以 done 结束，reason 为 "length" 吗？"""
 
@@ -313,6 +323,7 @@ def test_a_length_stop_ends_with_done_and_its_reason() -> None:
 
 
 @pytest.mark.lab4_1
+@pytest.mark.edits("ScriptedModel._play")
 def test_a_scripted_assistant_message_that_stopped_on_error_ends_with_an_error_event() -> None:
     """脚本里直接写一条 stop_reason 为 "error" 的 assistant 消息，它的终态是 error 事件、result 就是这条消息的副本吗？"""
     turn = assistant_message([text("部分")], "error", error_message="socket reset")
@@ -364,6 +375,7 @@ def check_projection(content: list[AssistantContent], reason: Any) -> None:
 
 
 @pytest.mark.lab4_1
+@pytest.mark.edits("ScriptedModel._play")
 def test_any_turn_is_projected_block_by_block_and_ends_with_the_whole_message() -> None:
     """任意的文本块与调用块：事件是 start、每个文本一个 text_delta、每个调用一对 delta/end，最后 done；partial 逐步累计到完整 content 吗？"""
     # One plain example first: an unfinished lab fails here, before Hypothesis starts generating.
@@ -375,6 +387,7 @@ def test_any_turn_is_projected_block_by_block_and_ends_with_the_whole_message() 
 
 
 @pytest.mark.lab4_2
+@pytest.mark.edits("terminal_message")
 def test_an_explicit_error_turn_keeps_its_partial_text_and_diagnosis() -> None:
     """显式错误回合产生 start → text_delta → error，result 的 stop_reason 为 "error"、文本为 "正在"、error_message 为 "rate limited" 吗？"""
 
@@ -394,6 +407,7 @@ def test_an_explicit_error_turn_keeps_its_partial_text_and_diagnosis() -> None:
 
 
 @pytest.mark.lab4_2
+@pytest.mark.edits("ScriptedModel._end_before_playing")
 def test_an_exhausted_script_and_a_cancelled_request_both_end_in_one_error_event() -> None:
     """脚本耗尽时只有一个 error（"ScriptedModel 没有更多响应"）；请求预先取消时也只有一个 error（aborted，"Request was aborted"）吗？"""
 
@@ -415,6 +429,7 @@ def test_an_exhausted_script_and_a_cancelled_request_both_end_in_one_error_event
 
 
 @pytest.mark.lab4_2
+@pytest.mark.edits("terminal_message")
 def test_an_error_turn_without_partial_text_plays_no_text() -> None:
     """没有 partial_text（或为空串）的错误回合只产生 start → error，content 为空吗？reason "aborted" 也原样保留吗？"""
 
@@ -435,6 +450,7 @@ def test_an_error_turn_without_partial_text_plays_no_text() -> None:
 
 
 @pytest.mark.lab4_2
+@pytest.mark.edits("ScriptedModel._end_before_playing")
 def test_an_abort_right_after_stream_returns_is_seen_because_the_turn_plays_later() -> None:
     """stream() 返回后、事件循环还没运行时就取消：回合尚未播放，所以流以 aborted 结束，而不是播放完整回合吗？"""
 
@@ -453,6 +469,7 @@ def test_an_abort_right_after_stream_returns_is_seen_because_the_turn_plays_late
 
 
 @pytest.mark.lab4_2
+@pytest.mark.edits("ScriptedModel._end_before_playing")
 def test_cancellation_is_checked_before_exhaustion() -> None:
     """脚本已耗尽而请求又被预先取消时，结果是 aborted（先看取消，再看耗尽）吗？"""
 
@@ -467,6 +484,7 @@ def test_cancellation_is_checked_before_exhaustion() -> None:
 
 
 @pytest.mark.lab4_2
+@pytest.mark.edits("ScriptedModel._end_before_playing")
 def test_a_cancelled_request_is_still_recorded_and_uses_up_its_turn() -> None:
     """预先取消的请求仍记入 requests，并消耗一个回合，下一次请求得到的是下一个回合吗？"""
 
@@ -482,6 +500,7 @@ def test_a_cancelled_request_is_still_recorded_and_uses_up_its_turn() -> None:
 
 
 @pytest.mark.lab4_2
+@pytest.mark.edits("ScriptedModel._end_before_playing")
 def test_an_exhausted_script_keeps_answering_with_errors_and_recording_requests() -> None:
     """脚本用完之后的每一次请求都以 "ScriptedModel 没有更多响应" 结束，同时仍被记入 requests 吗？"""
 

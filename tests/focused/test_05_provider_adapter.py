@@ -180,6 +180,7 @@ def outbound_context() -> AgentContext:
 
 
 @pytest.mark.lab5_1
+@pytest.mark.edits("to_provider_messages")
 def test_outbound_conversion_maps_each_canonical_role_to_its_wire_role() -> None:
     """四种 canonical role 出线时是否各自变成 provider 的 wire 形状（tool result 变成 role "tool"），且 context 不被改动？"""
     context = outbound_context()
@@ -209,6 +210,7 @@ def test_outbound_conversion_maps_each_canonical_role_to_its_wire_role() -> None
 
 
 @pytest.mark.lab5_1
+@pytest.mark.edits("to_provider_tools")
 def test_tools_are_wrapped_as_functions() -> None:
     """每个 ToolDefinition 是否被包成 {"type": "function", "function": {...}}，输入保持原样？"""
     tools = [read_tool()]
@@ -217,6 +219,7 @@ def test_tools_are_wrapped_as_functions() -> None:
 
 
 @pytest.mark.lab5_1
+@pytest.mark.edits("to_provider_tools")
 def test_no_tools_means_no_tools_key() -> None:
     """没有工具（None 或空列表）时，是否返回 None，而不是空数组？"""
     assert to_provider_tools(None) is None
@@ -224,6 +227,7 @@ def test_no_tools_means_no_tools_key() -> None:
 
 
 @pytest.mark.lab5_1
+@pytest.mark.edits("to_provider_messages")
 def test_system_messages_fold_into_one_leading_system_message() -> None:
     """多条 system message 是否在出线时折叠成开头一条（内容等于重放结果），中途那条不进入 wire，transcript 不变？"""
     context = AgentContext(
@@ -252,6 +256,7 @@ def test_system_messages_fold_into_one_leading_system_message() -> None:
 
 
 @pytest.mark.lab5_1
+@pytest.mark.edits("to_provider_messages")
 def test_an_empty_replayed_prompt_sends_no_system_message() -> None:
     """system message 重放出来是空串时，wire 上是否一条 system 都没有？"""
     context = AgentContext(messages=[SystemMessage(content="", timestamp=0), user_message("hi")])
@@ -259,6 +264,7 @@ def test_an_empty_replayed_prompt_sends_no_system_message() -> None:
 
 
 @pytest.mark.lab5_1
+@pytest.mark.edits("to_provider_messages")
 def test_assistant_wire_content_is_null_without_text_and_arguments_fall_back_to_json() -> None:
     """只有工具调用的 assistant，其 content 是否为 None；没有 raw_arguments 时参数是否为紧凑 JSON（None 记为 {}）？"""
     message = assistant_message(
@@ -281,6 +287,7 @@ def test_assistant_wire_content_is_null_without_text_and_arguments_fall_back_to_
 
 
 @pytest.mark.lab5_1
+@pytest.mark.edits("to_provider_messages")
 def test_any_transcript_has_at_most_one_system_message_and_it_comes_first() -> None:
     """对任意 transcript，wire 上是否至多一条 system、且在最前，其余消息按原顺序一条不少？"""
     to_provider_messages(AgentContext(messages=[user_message("first a plain example")]))
@@ -326,6 +333,7 @@ INTERLEAVED: list[ProviderChunk] = [
 
 
 @pytest.mark.lab5_2
+@pytest.mark.edits("OpenAICompatibleModel._apply_tool")
 def test_adapter_keeps_first_appearance_order_and_accumulates_whole_partials() -> None:
     """index 4、2 的工具与文本交错到达时，content 是否按首次出现排序，每个事件的 partial 是否是当时完整的累计结果？"""
     events, result = run_model(INTERLEAVED)
@@ -398,6 +406,7 @@ def test_adapter_keeps_first_appearance_order_and_accumulates_whole_partials() -
 
 
 @pytest.mark.lab5_2
+@pytest.mark.edits("OpenAICompatibleModel.stream")
 def test_the_chapter_mainline_call_arrives_in_two_pieces() -> None:
     """主线 call-1（index 0）分两段到达时，最终是否得到 read({"path": "README.md"})，usage 缺的 total 是否补成 input + output？"""
     events, result = run_model(
@@ -414,6 +423,7 @@ def test_the_chapter_mainline_call_arrives_in_two_pieces() -> None:
 
 
 @pytest.mark.lab5_2
+@pytest.mark.edits("OpenAICompatibleModel.stream")
 def test_text_partials_are_snapshots_of_their_moment() -> None:
     """纯文本 fixture 里，每个 text_delta 的 partial 是否停在它那一刻（"正在"，然后 "正在读取"），不被后来的字符改写？"""
     events, result = run_model(
@@ -428,6 +438,7 @@ def test_text_partials_are_snapshots_of_their_moment() -> None:
 
 
 @pytest.mark.lab5_2
+@pytest.mark.edits("OpenAICompatibleModel._run")
 def test_transport_failure_keeps_the_partial_and_ends_in_error() -> None:
     """transport 中途抛出异常时，结果是否以 error 结束，并保留已经到达的文本？"""
 
@@ -449,6 +460,7 @@ def test_transport_failure_keeps_the_partial_and_ends_in_error() -> None:
 
 
 @pytest.mark.lab5_2
+@pytest.mark.edits("OpenAICompatibleModel._finish")
 def test_length_keeps_the_raw_arguments() -> None:
     """finish 为 length（输出被截断）时，stop reason 是否为 length，arguments 与 raw_arguments 是否都保留原文？"""
     raw = '{"path":"a'
@@ -465,8 +477,9 @@ def test_length_keeps_the_raw_arguments() -> None:
 
 
 @pytest.mark.lab5_2
+@pytest.mark.edits("OpenAICompatibleModel._run")
 def test_missing_finish_chunk_is_an_error_with_the_partial() -> None:
-    """chunk 用完却没有 finish 时，是否以 error 结束（消息含 without a finish chunk），并保留 partial？"""
+    """chunk 用完却没有 finish 时，是否以 error 结束（消息含 `without a finish chunk`），并保留 partial？"""
     _events, result = run_model([ProviderChunkText(delta="partial")])
     assert result.stop_reason == "error"
     assert result.error_message == "Provider stream ended without a finish chunk"
@@ -474,6 +487,7 @@ def test_missing_finish_chunk_is_an_error_with_the_partial() -> None:
 
 
 @pytest.mark.lab5_2
+@pytest.mark.edits("OpenAICompatibleModel._run")
 def test_incomplete_json_on_tool_calls_is_an_error() -> None:
     """finish 为 tool_calls 但参数不是完整 JSON 时，是否以 error 结束，消息为 `Tool read arguments 不是完整 JSON`？"""
     _events, result = run_model(
@@ -488,6 +502,7 @@ def test_incomplete_json_on_tool_calls_is_an_error() -> None:
 
 
 @pytest.mark.lab5_2
+@pytest.mark.edits("OpenAICompatibleModel.stream")
 def test_adapter_sends_the_model_wire_messages_and_tools_with_the_callers_signal() -> None:
     """adapter 交给 transport 的请求是否带着模型名、wire messages、wire tools，以及调用方的同一个 signal？"""
     recording = RecordingTransport(fixed_transport([ProviderChunkFinish(reason="stop")]))
@@ -504,6 +519,7 @@ def test_adapter_sends_the_model_wire_messages_and_tools_with_the_callers_signal
 
 
 @pytest.mark.lab5_2
+@pytest.mark.edits("OpenAICompatibleModel._run")
 def test_abort_between_chunks_ends_in_aborted_with_the_partial() -> None:
     """两个 chunk 之间 signal 被触发时，结果是否是 aborted（不是 error），并保留已到达的文本？"""
 
@@ -539,6 +555,7 @@ def test_abort_between_chunks_ends_in_aborted_with_the_partial() -> None:
 
 
 @pytest.mark.lab5_2
+@pytest.mark.edits("OpenAICompatibleModel._apply_tool")
 def test_any_interleaving_of_tool_pieces_rebuilds_each_call_by_index() -> None:
     """任意交错到达的工具参数分片，是否都按 provider index 拼回各自调用的完整 arguments？"""
     assert run_model(INTERLEAVED)[1].stop_reason == "toolUse"  # first a plain example
@@ -635,6 +652,7 @@ INTERLEAVED_SSE: list[object] = [
 
 
 @pytest.mark.lab5_3
+@pytest.mark.edits("SSEDecoder.feed")
 def test_sse_pieces_keep_their_index_and_the_trailing_usage_joins_the_finish() -> None:
     """交错的 tool_calls 是否原样变成带 index 的 chunk，尾随 usage 是否并入唯一的 finish chunk？"""
     chunks, collector = collect(INTERLEAVED_SSE, split=[57])
@@ -649,6 +667,7 @@ def test_sse_pieces_keep_their_index_and_the_trailing_usage_joins_the_finish() -
 
 
 @pytest.mark.lab5_3
+@pytest.mark.edits("SSEChunkCollector.finish")
 def test_no_finish_reason_means_no_finish_chunk() -> None:
     """整段流都没有 finish_reason 时，是否一个 finish chunk 都不产出（交给 adapter 判为 error）？"""
     chunks, _ = collect(
@@ -658,6 +677,7 @@ def test_no_finish_reason_means_no_finish_chunk() -> None:
 
 
 @pytest.mark.lab5_3
+@pytest.mark.edits("parse_openai_chunk")
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
@@ -714,6 +734,7 @@ def test_payloads_of_an_invalid_shape_are_refused(payload: object, message: str)
 
 
 @pytest.mark.lab5_3
+@pytest.mark.edits("parse_finish_reason")
 def test_an_unknown_finish_reason_is_refused() -> None:
     """finish_reason 是 content_filter 这类课程无法映射的值时，是否被拒绝（消息提到 finish_reason）？"""
     assert (
@@ -728,6 +749,7 @@ def test_an_unknown_finish_reason_is_refused() -> None:
 
 
 @pytest.mark.lab5_3
+@pytest.mark.edits("SSEChunkCollector.accept")
 def test_collector_refuses_bad_json_content_after_finish_and_a_changed_finish_reason() -> None:
     """非 JSON 的 data、finish 之后又来的内容、中途改变的 finish_reason，是否都被拒绝？"""
     assert (
@@ -757,6 +779,7 @@ def test_collector_refuses_bad_json_content_after_finish_and_a_changed_finish_re
 
 
 @pytest.mark.lab5_3
+@pytest.mark.edits("SSEChunkCollector.accept")
 def test_later_usage_fills_in_and_replaces_earlier_counts() -> None:
     """usage 分几次到达时，后来的计数是否补上或覆盖先前的（尾随 usage 胜出）？"""
     chunks, _ = collect(
@@ -775,6 +798,7 @@ def test_later_usage_fills_in_and_replaces_earlier_counts() -> None:
 
 
 @pytest.mark.lab5_3
+@pytest.mark.edits("SSEDecoder.feed")
 def test_sse_lines_crlf_multiline_data_and_an_unterminated_last_event() -> None:
     """CRLF 行尾、不带冒号的 data、多行 data（以换行相连）、注释与其他字段、末尾没有空行的事件，是否都按 SSE 规则切分？"""
     decoder = SSEDecoder()
@@ -786,6 +810,7 @@ def test_sse_lines_crlf_multiline_data_and_an_unterminated_last_event() -> None:
 
 
 @pytest.mark.lab5_3
+@pytest.mark.edits("SSEDecoder.feed")
 def test_network_reads_are_not_events_wherever_the_body_is_cut() -> None:
     """无论字节流在哪些位置被切开，decoder 切出的 payload 是否都和一次读完时完全相同？"""
     from hypothesis import given
@@ -818,6 +843,7 @@ def stream_over_http(*replies: Reply, api_key: str = API_KEY, context: AgentCont
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("create_openai_compatible_transport")
 def test_transport_sends_the_whole_request_and_keeps_the_key_out_of_the_body() -> None:
     """transport 是否向 <base_url>/chat/completions 发出完整的 POST（header、body、stream 选项），key 只在 Authorization？"""
 
@@ -857,6 +883,7 @@ def test_transport_sends_the_whole_request_and_keeps_the_key_out_of_the_body() -
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("create_openai_compatible_transport")
 def test_no_tools_means_no_tools_in_the_body() -> None:
     """context 没有工具时，JSON body 里是否根本没有 tools 键？"""
     reply = Reply([sse_event({"choices": [{"delta": {"content": "hi"}, "finish_reason": "stop"}]})])
@@ -866,6 +893,7 @@ def test_no_tools_means_no_tools_in_the_body() -> None:
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("create_openai_compatible_transport")
 def test_sse_over_http_rebuilds_interleaved_arguments_by_index_and_merges_trailing_usage() -> None:
     """经真实 HTTP 的 SSE 中，交错的工具参数是否按 index 拼回，尾随的 usage 是否进入最终消息？"""
     events, result, _server = stream_over_http(
@@ -887,8 +915,9 @@ def test_sse_over_http_rebuilds_interleaved_arguments_by_index_and_merges_traili
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("create_openai_compatible_transport")
 def test_sse_without_finish_reason_ends_in_error_with_the_partial() -> None:
-    """经 HTTP 的流没有 finish_reason 就结束时，是否以 error 终态结束（without a finish chunk），并保留 partial？"""
+    """经 HTTP 的流没有 finish_reason 就结束时，是否以 error 终态结束（`without a finish chunk`），并保留 partial？"""
     payloads = [{"choices": [{"index": 0, "delta": {"content": "partial"}, "finish_reason": None}]}, "[DONE]"]
     events, result, _server = stream_over_http(Reply(split_in_half(payloads)))
     assert events[-1].type == "error"
@@ -898,6 +927,7 @@ def test_sse_without_finish_reason_ends_in_error_with_the_partial() -> None:
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("create_openai_compatible_transport")
 def test_abort_mid_stream_becomes_aborted_and_keeps_the_partial() -> None:
     """服务器还挂着连接时触发 AbortSignal，结果是否为 aborted、保留 partial，并且 transport 放开了连接？"""
 
@@ -928,6 +958,7 @@ def test_abort_mid_stream_becomes_aborted_and_keeps_the_partial() -> None:
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("create_openai_compatible_transport")
 def test_an_already_aborted_signal_sends_no_request() -> None:
     """signal 在调用前就已触发时，是否直接以 aborted 结束，服务器一次请求也没收到？"""
 
@@ -946,8 +977,9 @@ def test_an_already_aborted_signal_sends_no_request() -> None:
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("create_openai_compatible_transport")
 def test_invalid_chunk_over_http_ends_in_error() -> None:
-    """服务器发来形状无效的 chunk 时，是否以 error 终态结束，消息含 Invalid provider chunk？"""
+    """服务器发来形状无效的 chunk 时，是否以 error 终态结束，消息含 `Invalid provider chunk`？"""
     events, result, _server = stream_over_http(Reply(split_in_half([{"choices": "not-an-array"}, "[DONE]"])))
     assert events[-1].type == "error"
     assert result.stop_reason == "error"
@@ -955,6 +987,7 @@ def test_invalid_chunk_over_http_ends_in_error() -> None:
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("create_openai_compatible_transport")
 def test_unknown_finish_reason_over_http_is_an_error_without_the_key() -> None:
     """未知 finish_reason 是否让结果以 error 结束，消息提到 finish_reason 而不含 API key？"""
     payloads = [{"choices": [{"index": 0, "delta": {}, "finish_reason": "content_filter"}]}, "[DONE]"]
@@ -965,6 +998,7 @@ def test_unknown_finish_reason_over_http_is_an_error_without_the_key() -> None:
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("create_openai_compatible_transport")
 def test_http_error_status_is_an_error_without_the_body_or_key() -> None:
     """服务器回 401（正文还回显了 key）时，错误是否只说 HTTP 状态码，不带出 key？"""
     reply = Reply([f"bad key {SECRET_KEY}".encode()], status=401, content_type="text/plain")
@@ -1004,6 +1038,7 @@ def fail_through_client(api_key: str, template: str = "socket failed while using
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("sanitized_transport_error")
 def test_transport_redacts_the_key_in_an_underlying_error() -> None:
     """底层 httpx 错误的文本里带着 API key 时，最终 error_message 是否把它换成 [redacted]？"""
     result = fail_through_client(SECRET_KEY)
@@ -1013,6 +1048,7 @@ def test_transport_redacts_the_key_in_an_underlying_error() -> None:
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("sanitized_transport_error")
 def test_the_key_never_appears_in_any_error_text() -> None:
     """无论 key 长什么样、在错误文本中出现几次，最终的 error_message 里是否都找不到它？"""
     assert SECRET_KEY not in (fail_through_client(SECRET_KEY).error_message or "")  # first a plain example
@@ -1037,6 +1073,7 @@ def test_the_key_never_appears_in_any_error_text() -> None:
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("create_openai_compatible_transport")
 def test_base_url_must_be_absolute() -> None:
     """base_url 不是绝对 URL 时，是否在创建 transport 时就被拒绝？"""
     assert (
@@ -1048,6 +1085,7 @@ def test_base_url_must_be_absolute() -> None:
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("create_openai_compatible_transport")
 def test_a_character_split_between_network_reads_arrives_whole() -> None:
     """一个中文字符的 UTF-8 字节被网络切成两半时，文本是否仍然完整？"""
     body = sse_event({"choices": [{"delta": {"content": "读取"}, "finish_reason": "stop"}]})
@@ -1058,6 +1096,7 @@ def test_a_character_split_between_network_reads_arrives_whole() -> None:
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("create_openai_compatible_transport")
 def test_done_ends_the_stream_even_if_the_server_sends_more() -> None:
     """[DONE] 之后服务器还在发数据时，transport 是否就此停止读取？"""
     payloads = [
@@ -1071,6 +1110,7 @@ def test_done_ends_the_stream_even_if_the_server_sends_more() -> None:
 
 
 @pytest.mark.lab5_4
+@pytest.mark.edits("sanitized_transport_error")
 def test_redaction_keeps_a_cancellation_a_cancellation() -> None:
     """脱敏时，AbortError 是否仍是 AbortError（adapter 才能认出取消），其他错误则变成不含 key 的新错误？"""
     assert isinstance(sanitized_transport_error(AbortError(), SECRET_KEY), AbortError)

@@ -227,8 +227,9 @@ def execute(
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("object_schema")
 def test_echo_schema_json_schema_matches_the_chapter() -> None:
-    """Does object_schema({"value": string_value}) describe echo exactly as the chapter prints it, keys in order?"""
+    """object_schema({"value": string_value}) 描述 echo 的方式是否与章节打印的完全一致，键的顺序也一样？"""
     schema = object_schema({"value": string_value})
     assert schema.json_schema == echo_json_schema()
     assert list(schema.json_schema) == JSON_SCHEMA_KEYS
@@ -236,8 +237,9 @@ def test_echo_schema_json_schema_matches_the_chapter() -> None:
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("ObjectSchema.__init__")
 def test_request_schema_json_schema_requires_only_the_non_optional_field() -> None:
-    """Does the request schema list every field's JSON Schema in shape order but require only `value`?"""
+    """request schema 是否按 shape 的顺序列出每个字段的 JSON Schema，却只把 `value` 列为必填？"""
     schema = object_schema(request_shape())
     assert schema.json_schema == {
         "type": "object",
@@ -254,8 +256,9 @@ def test_request_schema_json_schema_requires_only_the_non_optional_field() -> No
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("ObjectSchema.__init__")
 def test_required_follows_shape_order_and_is_an_empty_list_when_nothing_is_required() -> None:
-    """Is `required` the non-optional fields in shape order, and `[]` (not missing) for an all-optional shape?"""
+    """`required` 是否是按 shape 顺序排列的非可选字段；全是可选字段时是否是 `[]`（而不是缺失）？"""
     ordered = object_schema({"b": string_value, "skip": optional_string, "a": string_value})
     assert ordered.json_schema["required"] == ["b", "a"]
     relaxed = object_schema({"label": optional_string, "limit": optional_positive_integer})
@@ -264,8 +267,9 @@ def test_required_follows_shape_order_and_is_an_empty_list_when_nothing_is_requi
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("object_schema")
 def test_a_field_without_json_schema_is_described_as_an_empty_schema() -> None:
-    """Does a validator that carries no json_schema become `{}` under properties, and count as required?"""
+    """一个不带 json_schema 的 validator 在 properties 下是否变成 `{}`，并且算作必填？"""
     anything: Validator[object] = Validator(lambda value: value)
     schema = object_schema({"raw": anything, "value": string_value})
     assert schema.json_schema["properties"] == {"raw": {}, "value": {"type": "string"}}
@@ -273,8 +277,9 @@ def test_a_field_without_json_schema_is_described_as_an_empty_schema() -> None:
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("ObjectSchema.parse")
 def test_request_schema_parse_matches_the_chapter() -> None:
-    """Does the chapter's requestSchema.parse(...) give value, label and limit only, in shape order?"""
+    """章节里的 requestSchema.parse(...) 是否只给出 value、label 和 limit，并按 shape 顺序排列？"""
     schema = object_schema(request_shape())
     parsed = schema.parse(request_schema_arguments())
     assert parsed == {"value": "Pi", "label": "answer", "limit": 2}
@@ -282,16 +287,18 @@ def test_request_schema_parse_matches_the_chapter() -> None:
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("ObjectSchema.parse")
 def test_echo_schema_parse_drops_the_undeclared_key() -> None:
-    """Does echoSchema.parse({"value": "Pi", "ignored": "drop me"}) give exactly {"value": "Pi"}?"""
+    """echoSchema.parse({"value": "Pi", "ignored": "drop me"}) 的结果是否恰好是 {"value": "Pi"}？"""
     assert object_schema({"value": string_value}).parse({"value": "Pi", "ignored": "drop me"}) == {
         "value": "Pi"
     }
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("ObjectSchema.parse")
 def test_parse_orders_keys_by_the_shape_not_the_input() -> None:
-    """Are the parsed keys in shape order even when the input lists them the other way round?"""
+    """即使输入里的键顺序相反，解析结果的键是否仍按 shape 的顺序排列？"""
     schema = object_schema(request_shape())
     parsed = schema.parse({"limit": 3, "ignored": 0, "label": "x", "value": "Pi"})
     assert list(parsed) == ["value", "label", "limit"]
@@ -299,8 +306,9 @@ def test_parse_orders_keys_by_the_shape_not_the_input() -> None:
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("ObjectSchema.parse")
 def test_omitted_optional_fields_are_present_as_none() -> None:
-    """When label and limit are omitted, are both keys still in the result, with the value None?"""
+    """省略 label 和 limit 时，结果里是否仍有这两个键，值为 None？"""
     schema = object_schema(request_shape())
     parsed = schema.parse({"value": "Pi"})
     assert parsed == {"value": "Pi", "label": None, "limit": None}
@@ -308,20 +316,22 @@ def test_omitted_optional_fields_are_present_as_none() -> None:
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("ObjectSchema.parse")
 @pytest.mark.parametrize(
     "value",
     [None, [], [{"value": "Pi"}], "Pi", 1, 2.5, True, ("value", "Pi")],
     ids=["None", "empty-list", "list", "str", "int", "float", "bool", "tuple"],
 )
 def test_parse_refuses_a_value_that_is_not_an_object(value: object) -> None:
-    """Is a non-dict (None, list, str, number, bool, tuple) refused with exactly `参数必须是 object`?"""
+    """不是 dict 的值（None、list、str、数字、bool、tuple）是否被拒绝，消息恰好是 `参数必须是 object`？"""
     schema = object_schema({"value": string_value, "label": optional_string})
     assert validation_message(schema.parse, value) == MUST_BE_OBJECT
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("ObjectSchema.parse")
 def test_parse_refuses_every_kind_of_non_object() -> None:
-    """For any JSON value that is not an object (scalars, lists, tuples), is it refused as `参数必须是 object`?"""
+    """对任意不是 object 的 JSON 值（标量、列表、元组），是否都以 `参数必须是 object` 被拒绝？"""
     schema = object_schema(request_shape())
     assert validation_message(schema.parse, None) == MUST_BE_OBJECT
 
@@ -336,30 +346,34 @@ def test_parse_refuses_every_kind_of_non_object() -> None:
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("ObjectSchema.parse")
 def test_wrong_field_type_fails_with_the_validator_message_unchanged() -> None:
-    """Does {"value": 1} fail with exactly `必须是 string`, no field name or prefix added?"""
+    """{"value": 1} 是否恰好以 `必须是 string` 失败，不加字段名，也不加前缀？"""
     schema = object_schema({"value": string_value})
     assert validation_message(schema.parse, {"value": 1}) == MUST_BE_STRING
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("ObjectSchema.parse")
 def test_limit_zero_is_refused_as_not_a_positive_integer() -> None:
-    """Does `limit: 0` fail with exactly `必须是正整数`?"""
+    """`limit: 0` 是否恰好以 `必须是正整数` 失败？"""
     schema = object_schema(request_shape())
     assert validation_message(schema.parse, {"value": "Pi", "limit": 0}) == MUST_BE_POSITIVE_INTEGER
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("string_value")
 def test_missing_required_field_and_wrong_label_are_refused() -> None:
-    """Is an object without `value` refused, and a non-string `label` too, each with `必须是 string`?"""
+    """缺少 `value` 的对象是否被拒绝，`label` 不是 string 时是否也被拒绝，消息都是 `必须是 string`？"""
     schema = object_schema(request_shape())
     assert validation_message(schema.parse, {}) == MUST_BE_STRING
     assert validation_message(schema.parse, {"value": "Pi", "label": 5}) == MUST_BE_STRING
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("ObjectSchema.parse")
 def test_parse_returns_a_new_dict_and_leaves_the_input_untouched() -> None:
-    """Is the parse result a new dict, and do the input and the result stay independent?"""
+    """parse 的结果是否是一个新的 dict，输入和结果是否互不影响？"""
     schema = object_schema(request_shape())
     exact = {"value": "Pi", "label": "answer", "limit": 2}
     parsed = schema.parse(exact)
@@ -382,8 +396,9 @@ def test_parse_returns_a_new_dict_and_leaves_the_input_untouched() -> None:
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("ObjectSchema.parse")
 def test_parse_never_modifies_any_json_object() -> None:
-    """For any JSON object, does parse leave the input as it was and return only the shape's keys?"""
+    """对任意 JSON 对象，parse 是否保持输入原样，并且只返回 shape 里的键？"""
     schema = object_schema(request_shape())
 
     # Arbitrary objects mostly fail; valid arguments mixed in make sure the success path is walked too.
@@ -406,8 +421,9 @@ def test_parse_never_modifies_any_json_object() -> None:
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("optional_positive_integer")
 def test_parse_keeps_each_declared_value_of_valid_arguments() -> None:
-    """For any valid arguments, is each declared value kept (limit as an int) and every other key dropped?"""
+    """对任意合法参数，是否保留每个声明过的值（limit 为 int），并丢掉其他所有键？"""
     schema = object_schema(request_shape())
 
     from hypothesis import given
@@ -430,8 +446,9 @@ def test_parse_keeps_each_declared_value_of_valid_arguments() -> None:
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("string_value")
 def test_string_value_returns_the_string_and_is_required() -> None:
-    """Does string_value return the very str it got, with json_schema {"type": "string"} and optional False?"""
+    """string_value 是否原样返回收到的那个 str，并且 json_schema 为 {"type": "string"}、optional 为 False？"""
     word = "".join(["P", "i"])
     assert string_value(word) is word
     assert string_value("") == ""
@@ -440,15 +457,17 @@ def test_string_value_returns_the_string_and_is_required() -> None:
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("string_value")
 @pytest.mark.parametrize("value", [None, 1, 1.0, True, [], {}, b"Pi"], ids=repr)
 def test_string_value_refuses_everything_but_str(value: object) -> None:
-    """Is a non-str (None, number, bool, list, dict, bytes) refused with exactly `必须是 string`?"""
+    """不是 str 的值（None、数字、bool、list、dict、bytes）是否被拒绝，消息恰好是 `必须是 string`？"""
     assert validation_message(string_value, value) == MUST_BE_STRING
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("string_value")
 def test_string_value_accepts_exactly_the_strings() -> None:
-    """For any JSON value, is it accepted unchanged exactly when it is a str?"""
+    """对任意 JSON 值，是否恰好在它是 str 时才被原样接受？"""
     assert string_value("Pi") == "Pi"
 
     from hypothesis import given
@@ -465,8 +484,9 @@ def test_string_value_accepts_exactly_the_strings() -> None:
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("optional_string")
 def test_optional_string_accepts_none_and_strings_and_is_optional() -> None:
-    """Does optional_string pass None and a str through, with json_schema {"type": "string"} and optional True?"""
+    """optional_string 是否让 None 和 str 原样通过，并且 json_schema 为 {"type": "string"}、optional 为 True？"""
     assert optional_string(None) is None
     assert optional_string("answer") == "answer"
     assert optional_string.json_schema == {"type": "string"}
@@ -474,15 +494,17 @@ def test_optional_string_accepts_none_and_strings_and_is_optional() -> None:
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("optional_string")
 @pytest.mark.parametrize("value", [0, 1, False, [], {}, ["answer"]], ids=repr)
 def test_optional_string_refuses_non_strings(value: object) -> None:
-    """Is anything but None or a str refused by optional_string with exactly `必须是 string`?"""
+    """除了 None 和 str 之外的值，是否都被 optional_string 拒绝，消息恰好是 `必须是 string`？"""
     assert validation_message(optional_string, value) == MUST_BE_STRING
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("optional_positive_integer")
 def test_optional_positive_integer_accepts_none_and_whole_numbers_from_one() -> None:
-    """Does optional_positive_integer pass None, 1, 2 and a huge int, and describe itself as optional minimum 1?"""
+    """optional_positive_integer 是否接受 None、1、2 和一个很大的 int，并把自己描述为可选、minimum 为 1？"""
     assert optional_positive_integer(None) is None
     assert optional_positive_integer(1) == 1
     assert optional_positive_integer(2) == 2
@@ -492,34 +514,38 @@ def test_optional_positive_integer_accepts_none_and_whole_numbers_from_one() -> 
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("optional_positive_integer")
 def test_integral_float_becomes_an_int() -> None:
-    """Does JSON's 2.0 come back as the int 2 (type int, not float)?"""
+    """JSON 里的 2.0 是否变回 int 2（类型是 int，不是 float）？"""
     result = optional_positive_integer(2.0)
     assert result == 2
     assert type(result) is int
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("optional_positive_integer")
 @pytest.mark.parametrize("value", [True, False], ids=repr)
 def test_bool_is_not_a_positive_integer(value: bool) -> None:
-    """Is a bool refused even though bool subclasses int (True is not 1 here)?"""
+    """尽管 bool 是 int 的子类，bool 是否仍被拒绝（这里 True 不算 1）？"""
     assert validation_message(optional_positive_integer, value) == MUST_BE_POSITIVE_INTEGER
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("optional_positive_integer")
 @pytest.mark.parametrize(
     "value",
     [0, -1, -2.0, 0.0, 1.5, math.nan, math.inf, -math.inf, "2", [], {}],
     ids=repr,
 )
 def test_optional_positive_integer_refuses_everything_else(value: object) -> None:
-    """Are 0, negatives, 1.5, NaN, infinities, "2" and containers refused with exactly `必须是正整数`?"""
+    """0、负数、1.5、NaN、无穷大、"2" 和容器是否都被拒绝，消息恰好是 `必须是正整数`？"""
     assert validation_message(optional_positive_integer, value) == MUST_BE_POSITIVE_INTEGER
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("optional_positive_integer")
 def test_optional_positive_integer_accepts_exactly_whole_numbers_from_one() -> None:
-    """For any bool, int or float, is it accepted (as an int of equal value) exactly when it is a whole number >= 1?"""
+    """对任意 bool、int 或 float，是否恰好在它是 >= 1 的整数时才被接受（并以相等的 int 返回）？"""
     assert optional_positive_integer(1) == 1
 
     from hypothesis import given
@@ -540,8 +566,9 @@ def test_optional_positive_integer_accepts_exactly_whole_numbers_from_one() -> N
 
 
 @pytest.mark.lab6_1
+@pytest.mark.edits("string_value")
 def test_validation_error_is_a_value_error() -> None:
-    """Is the error a validator raises a ValidationError, and can callers catch it as ValueError?"""
+    """validator 抛出的错误是否是 ValidationError，调用方能否把它当作 ValueError 捕获？"""
     with pytest.raises(ValueError) as raised:
         string_value(1)
     assert type(raised.value) is ValidationError
@@ -552,8 +579,9 @@ def test_validation_error_is_a_value_error() -> None:
 
 
 @pytest.mark.lab6_2
+@pytest.mark.edits("ToolRegistry.list")
 def test_initial_tools_are_registered_in_order() -> None:
-    """Does ToolRegistry([a, b, c]) hold those very objects, listed in that order?"""
+    """ToolRegistry([a, b, c]) 是否保存的正是这三个对象，并按这个顺序列出？"""
     tools = [stub_tool("c"), stub_tool("a"), stub_tool("b")]
     registry = ToolRegistry(tools)
     listed = registry.list()
@@ -562,8 +590,9 @@ def test_initial_tools_are_registered_in_order() -> None:
 
 
 @pytest.mark.lab6_2
+@pytest.mark.edits("ToolRegistry.list")
 def test_a_new_registry_is_empty() -> None:
-    """Does ToolRegistry() start with no tools, no definitions, and nothing under `echo`?"""
+    """ToolRegistry() 一开始是否没有工具、没有定义，`echo` 下也什么都没有？"""
     registry = ToolRegistry()
     assert registry.list() == []
     assert registry.definitions() == []
@@ -571,8 +600,9 @@ def test_a_new_registry_is_empty() -> None:
 
 
 @pytest.mark.lab6_2
+@pytest.mark.edits("ToolRegistry.get")
 def test_two_registries_never_share_tools() -> None:
-    """Does a tool registered in one registry stay out of every other registry?"""
+    """注册到一个 registry 的工具，是否不会出现在其他任何 registry 里？"""
     first, second = ToolRegistry(), ToolRegistry()
     echo = stub_tool("echo")
     first.register(echo)
@@ -586,8 +616,9 @@ def test_two_registries_never_share_tools() -> None:
 
 
 @pytest.mark.lab6_2
+@pytest.mark.edits("ToolRegistry.register")
 def test_registering_a_duplicate_name_is_refused_and_the_first_tool_stays() -> None:
-    """Does a second `echo` raise ValueError("Tool 已存在：echo") (full-width colon) and leave the first in place?"""
+    """再注册一个 `echo` 是否抛出 ValueError("Tool 已存在：echo")（全角冒号），并保留第一个？"""
     first, second = stub_tool("echo"), stub_tool("echo")
     registry = ToolRegistry([first])
     with pytest.raises(ValueError) as raised:
@@ -599,16 +630,18 @@ def test_registering_a_duplicate_name_is_refused_and_the_first_tool_stays() -> N
 
 
 @pytest.mark.lab6_2
+@pytest.mark.edits("ToolRegistry.register")
 def test_duplicate_names_among_the_initial_tools_are_refused() -> None:
-    """Does ToolRegistry([echo, echo]) refuse the second with the same message?"""
+    """ToolRegistry([echo, echo]) 是否用同样的消息拒绝第二个？"""
     with pytest.raises(ValueError) as raised:
         ToolRegistry([stub_tool("echo"), stub_tool("upper"), stub_tool("echo")])
     assert str(raised.value) == "Tool 已存在：echo"
 
 
 @pytest.mark.lab6_2
+@pytest.mark.edits("ToolRegistry.get")
 def test_get_returns_the_very_tool_or_none() -> None:
-    """Does get() return the identical object registered, and None for a name nobody registered?"""
+    """get() 是否返回注册的那个对象本身，对没人注册过的名字返回 None？"""
     echo, upper = stub_tool("echo"), stub_tool("upper")
     registry = ToolRegistry([echo, upper])
     assert registry.get("echo") is echo
@@ -618,8 +651,9 @@ def test_get_returns_the_very_tool_or_none() -> None:
 
 
 @pytest.mark.lab6_2
+@pytest.mark.edits("ToolRegistry.list")
 def test_list_returns_a_copy_that_cannot_change_the_registry() -> None:
-    """Does changing the list that list() returned leave the registry as it was?"""
+    """修改 list() 返回的列表之后，registry 是否保持原样？"""
     echo, upper = stub_tool("echo"), stub_tool("upper")
     registry = ToolRegistry([echo, upper])
     listed = registry.list()
@@ -633,8 +667,9 @@ def test_list_returns_a_copy_that_cannot_change_the_registry() -> None:
 
 
 @pytest.mark.lab6_2
+@pytest.mark.edits("ToolRegistry.definitions")
 def test_definitions_follow_registration_order_with_name_description_parameters() -> None:
-    """Does definitions() give one ToolDefinition per tool, in order, with the tool's name, description and parameters?"""
+    """definitions() 是否按顺序为每个工具给出一个 ToolDefinition，带有该工具的 name、description 和 parameters？"""
     registry = ToolRegistry(
         [
             stub_tool("read", StubSchema({"type": "object", "properties": {"path": {"type": "string"}}})),
@@ -652,8 +687,9 @@ def test_definitions_follow_registration_order_with_name_description_parameters(
 
 
 @pytest.mark.lab6_2
+@pytest.mark.edits("ToolRegistry.definitions")
 def test_definitions_hold_nothing_executable() -> None:
-    """Is each definition a plain ToolDefinition with no execute, no schema object, and nothing callable?"""
+    """每个定义是否都是普通的 ToolDefinition，没有 execute、没有 schema 对象，也没有任何可调用的东西？"""
     registry = ToolRegistry([stub_tool("echo", StubSchema(echo_json_schema()))])
     (definition,) = registry.definitions()
     assert type(definition) is ToolDefinition
@@ -663,8 +699,9 @@ def test_definitions_hold_nothing_executable() -> None:
 
 
 @pytest.mark.lab6_2
+@pytest.mark.edits("ToolRegistry.definitions")
 def test_a_schema_without_json_schema_is_described_as_any_object() -> None:
-    """Is a tool whose schema has no json_schema (or None) described with parameters {"type": "object"}?"""
+    """schema 没有 json_schema（或为 None）的工具，是否用 parameters {"type": "object"} 来描述？"""
     registry = ToolRegistry([stub_tool("bare", BareSchema()), stub_tool("none", StubSchema(None))])
     assert [d.parameters for d in registry.definitions()] == [{"type": "object"}, {"type": "object"}]
     registry.definitions()[0].parameters["properties"] = {"x": {}}
@@ -672,8 +709,9 @@ def test_a_schema_without_json_schema_is_described_as_any_object() -> None:
 
 
 @pytest.mark.lab6_2
+@pytest.mark.edits("ToolRegistry.definitions")
 def test_changing_returned_parameters_leaves_the_tool_schema_alone() -> None:
-    """Does editing a definition's parameters, top level or nested, leave the tool's own json_schema unchanged?"""
+    """修改某个定义的 parameters（顶层或嵌套）之后，工具自己的 json_schema 是否保持不变？"""
     schema = StubSchema(echo_json_schema())
     registry = ToolRegistry([stub_tool("echo", schema)])
     (definition,) = registry.definitions()
@@ -686,8 +724,9 @@ def test_changing_returned_parameters_leaves_the_tool_schema_alone() -> None:
 
 
 @pytest.mark.lab6_2
+@pytest.mark.edits("ToolRegistry.definitions")
 def test_the_registry_never_parses_or_executes() -> None:
-    """Do register, get, list and definitions leave every schema and execute function uncalled?"""
+    """register、get、list 和 definitions 是否从不调用任何 schema 和 execute 函数？"""
     schema, body = StubSchema(echo_json_schema()), Recorder()
     registry = ToolRegistry([stub_tool("echo", schema, body)])
     registry.get("echo")
@@ -698,8 +737,9 @@ def test_the_registry_never_parses_or_executes() -> None:
 
 
 @pytest.mark.lab6_2
+@pytest.mark.edits("ToolRegistry.definitions")
 def test_definitions_for_echo_and_upper_match_the_chapter() -> None:
-    """With object_schema's echo and upper, is definitions() exactly the chapter's list (parameter keys in order)?"""
+    """用 object_schema 构造的 echo 和 upper，definitions() 是否恰好是章节里的列表（parameters 的键也按顺序）？"""
     registry = ToolRegistry([make_echo(), make_upper()])
     definitions = registry.definitions()
     assert definitions == [
@@ -715,8 +755,9 @@ def test_definitions_for_echo_and_upper_match_the_chapter() -> None:
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call", "failed_result")
 def test_invalid_arguments_never_reach_execute() -> None:
-    """Called with {"value": "Pi"} then {"value": 1}, does echo run exactly once (the chapter's diagnosis)?"""
+    """先用 {"value": "Pi"} 再用 {"value": 1} 调用时，echo 是否恰好只运行一次（章节里的诊断）？"""
     body = Recorder()
     registry = ToolRegistry([make_echo(body)])
     valid = execute(echo_call({"value": "Pi"}), registry)
@@ -730,8 +771,9 @@ def test_invalid_arguments_never_reach_execute() -> None:
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call")
 def test_echo_call_gives_the_chapter_result() -> None:
-    """Does the chapter's echoCall give content [text("Pi")], details {"source": "echo"}, is_error False, id call-1?"""
+    """章节里的 echoCall 是否给出 content [text("Pi")]、details {"source": "echo"}、is_error False、id call-1？"""
     body = Recorder()
     registry = ToolRegistry([make_echo(body)])
     before = now_ms()
@@ -752,8 +794,9 @@ def test_echo_call_gives_the_chapter_result() -> None:
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call")
 def test_echo_result_wire_form_uses_the_chapter_keys() -> None:
-    """Does the echo result's to_dict() show role, toolCallId, toolName, content, details, isError, timestamp?"""
+    """echo 结果的 to_dict() 是否给出 role、toolCallId、toolName、content、details、isError、timestamp？"""
     result = execute(echo_call(), ToolRegistry([make_echo()]))
     wire = result.to_dict()
     assert list(wire) == WIRE_KEYS
@@ -769,8 +812,9 @@ def test_echo_result_wire_form_uses_the_chapter_keys() -> None:
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("failed_result")
 def test_wrong_argument_type_gives_a_failed_result_without_executing() -> None:
-    """Does echo with {"value": 1} give `Tool echo failed: 必须是 string` for call-1 while execute runs 0 times?"""
+    """用 {"value": 1} 调用 echo 时，call-1 是否得到 `Tool echo failed: 必须是 string`，而 execute 一次也没运行？"""
     body = Recorder()
     registry = ToolRegistry([make_echo(body)])
     before = now_ms()
@@ -782,9 +826,10 @@ def test_wrong_argument_type_gives_a_failed_result_without_executing() -> None:
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("failed_result")
 @pytest.mark.parametrize("arguments", [None, [], "value=Pi", 42], ids=repr)
 def test_arguments_that_are_not_an_object_give_a_failed_result(arguments: object) -> None:
-    """Are arguments that are not an object answered with `Tool echo failed: 参数必须是 object`, never executed?"""
+    """参数不是 object 时，是否以 `Tool echo failed: 参数必须是 object` 回答，并且从不执行？"""
     body = Recorder()
     registry = ToolRegistry([make_echo(body)])
     result = execute(ToolCall(id="call-9", name="echo", arguments=arguments), registry)
@@ -793,8 +838,9 @@ def test_arguments_that_are_not_an_object_give_a_failed_result(arguments: object
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call")
 def test_unknown_tool_fails_under_the_requested_name_and_touches_no_schema() -> None:
-    """Is `missing` answered as `Tool missing failed: 未知工具`, with no schema parsed and no tool executed?"""
+    """`missing` 是否以 `Tool missing failed: 未知工具` 回答，没有解析任何 schema，也没有执行任何工具？"""
     schema, body = StubSchema(echo_json_schema()), Recorder()
     registry = ToolRegistry([stub_tool("echo", schema, body)])
     before = now_ms()
@@ -807,8 +853,9 @@ def test_unknown_tool_fails_under_the_requested_name_and_touches_no_schema() -> 
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("failed_result")
 def test_an_exception_in_execute_becomes_a_failed_result() -> None:
-    """Does a tool raising Exception("exploded") give `Tool echo failed: exploded`, with no traceback in it?"""
+    """抛出 Exception("exploded") 的工具是否得到 `Tool echo failed: exploded`，其中没有 traceback？"""
     body = Recorder(error=Exception("exploded"))
     registry = ToolRegistry([stub_tool("echo", StubSchema(echo_json_schema()), body)])
     before = now_ms()
@@ -820,16 +867,18 @@ def test_an_exception_in_execute_becomes_a_failed_result() -> None:
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("failed_result")
 def test_the_chapter_boom_tool_with_object_schema_fails_with_its_message() -> None:
-    """Does an echo built with object_schema that raises `exploded` still answer call-1 as `echo`?"""
+    """用 object_schema 构造、抛出 `exploded` 的 echo，是否仍以 `echo` 的名义回答 call-1？"""
     registry = ToolRegistry([make_echo(Recorder(error=Exception("exploded")))])
     result = execute(echo_call(), registry)
     assert stable_fields(result) == failed_fields("call-1", "echo", "exploded")
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("failed_result")
 def test_any_exception_from_parse_becomes_a_failed_result() -> None:
-    """Does a schema raising TypeError("bad shape") give `Tool echo failed: bad shape`, never executing?"""
+    """抛出 TypeError("bad shape") 的 schema 是否得到 `Tool echo failed: bad shape`，并且从不执行工具？"""
     schema, body = StubSchema(error=TypeError("bad shape")), Recorder()
     registry = ToolRegistry([stub_tool("echo", schema, body)])
     result = execute(echo_call(), registry)
@@ -843,21 +892,23 @@ class Kaput(Exception):
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call")
 @pytest.mark.parametrize(
     ("error", "message"),
     [(RuntimeError(), "RuntimeError"), (Kaput(), "Kaput"), (ValueError(""), "ValueError")],
     ids=["RuntimeError", "custom", "empty-ValueError"],
 )
 def test_an_exception_without_message_is_named_by_its_class(error: Exception, message: str) -> None:
-    """When str(exception) is empty, is the class name the failure message?"""
+    """str(exception) 为空时，失败消息是否是异常的类名？"""
     registry = ToolRegistry([stub_tool("boom", StubSchema(echo_json_schema()), Recorder(error=error))])
     result = execute(echo_call(name="boom"), registry)
     assert stable_fields(result) == failed_fields("call-1", "boom", message)
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("failed_result")
 def test_parse_exception_without_message_is_named_by_its_class() -> None:
-    """When parse raises a message-less ValidationError, is `ValidationError` the failure message?"""
+    """parse 抛出没有消息的 ValidationError 时，失败消息是否是 `ValidationError`？"""
     registry = ToolRegistry([stub_tool("echo", StubSchema(error=ValidationError()), Recorder())])
     result = execute(echo_call(), registry)
     assert stable_fields(result) == failed_fields("call-1", "echo", "ValidationError")
@@ -895,8 +946,9 @@ def run_inspect() -> tuple[
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call")
 def test_context_hands_over_call_id_and_the_same_signal_and_callback() -> None:
-    """Does the tool get a ToolContext whose call_id is call.id and whose signal and callback are the very objects passed?"""
+    """工具拿到的 ToolContext 是否 call_id 为 call.id，signal 和 callback 正是传进来的那两个对象？"""
     _, seen, _, signal, report = run_inspect()
     assert len(seen) == 1
     (context,) = seen
@@ -907,15 +959,17 @@ def test_context_hands_over_call_id_and_the_same_signal_and_callback() -> None:
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call")
 def test_a_progress_report_reaches_the_callers_callback() -> None:
-    """Does the tool's progress report arrive at the caller's callback, once, unchanged?"""
+    """工具的进度报告是否原样、只一次地到达调用方的 callback？"""
     _, _, progress, _, _ = run_inspect()
     assert progress == [[text("progress:Pi")]]
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call")
 def test_a_tool_domain_error_keeps_its_content_and_details() -> None:
-    """When the tool itself returns is_error=True, does the result keep its content and details for call `ctx`?"""
+    """工具自己返回 is_error=True 时，call `ctx` 的结果是否保留它的 content 和 details？"""
     result, _, _, _, _ = run_inspect()
     assert stable_fields(result) == {
         "role": "toolResult",
@@ -928,8 +982,9 @@ def test_a_tool_domain_error_keeps_its_content_and_details() -> None:
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call")
 def test_context_without_signal_or_callback_carries_none() -> None:
-    """Called with no signal and no callback, does the tool see call_id from the call and None for both?"""
+    """不传 signal 和 callback 调用时，工具看到的 call_id 是否来自调用，两者是否都是 None？"""
     body = Recorder()
     execute(
         echo_call(call_id="call-7"), ToolRegistry([stub_tool("echo", StubSchema(echo_json_schema()), body)])
@@ -939,8 +994,9 @@ def test_context_without_signal_or_callback_carries_none() -> None:
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call")
 def test_an_aborted_signal_reaches_the_tool_as_is() -> None:
-    """Does a signal that was already aborted reach the tool still aborted, with its reason?"""
+    """一个已经 abort 的 signal 到达工具时是否仍是 abort 状态，并带着它的原因？"""
     controller = AbortController()
     controller.abort("user pressed stop")
     body = Recorder()
@@ -953,8 +1009,9 @@ def test_an_aborted_signal_reaches_the_tool_as_is() -> None:
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call")
 def test_is_error_none_becomes_false_and_false_stays_false() -> None:
-    """Does an output without is_error become is_error False (a real bool), details None kept as None?"""
+    """没有 is_error 的输出是否变成 is_error False（真正的 bool），details 为 None 时是否保持 None？"""
     plain = Recorder(output=ToolOutput(content=[text("ok")]))
     explicit = Recorder(output=ToolOutput(content=[text("ok")], details={"n": 1}, is_error=False))
     registry = ToolRegistry(
@@ -977,11 +1034,12 @@ def test_is_error_none_becomes_false_and_false_stays_false() -> None:
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call")
 @pytest.mark.parametrize(
     "error", [asyncio.CancelledError(), KeyboardInterrupt(), SystemExit(3)], ids=lambda e: type(e).__name__
 )
 def test_cancellation_and_interpreter_exits_pass_through(error: BaseException) -> None:
-    """Do CancelledError, KeyboardInterrupt and SystemExit raised by a tool leave the executor unchanged?"""
+    """工具抛出的 CancelledError、KeyboardInterrupt 和 SystemExit 是否原样穿过 executor？"""
     body = Recorder(error=error)
     registry = ToolRegistry([stub_tool("echo", StubSchema(echo_json_schema()), body)])
     with pytest.raises(type(error)):
@@ -990,8 +1048,9 @@ def test_cancellation_and_interpreter_exits_pass_through(error: BaseException) -
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call")
 def test_call_arguments_are_never_modified() -> None:
-    """After success, a parse failure and a tool that edits its params, is call.arguments the same dict, unchanged?"""
+    """经过一次成功、一次 parse 失败和一个修改自己 params 的工具之后，call.arguments 是否仍是同一个 dict 且没有变化？"""
 
     async def vandal(params: dict[str, Any], context: ToolContext) -> ToolOutput[None]:
         params["value"] = "changed"
@@ -1019,8 +1078,9 @@ def test_call_arguments_are_never_modified() -> None:
 
 
 @pytest.mark.lab6_3
+@pytest.mark.edits("execute_tool_call")
 def test_every_result_answers_its_own_call() -> None:
-    """Over a success and the three failures, does each result carry its own call id and requested name?"""
+    """在一次成功和三种失败里，每个结果是否都带着自己那次调用的 id 和请求的名字？"""
     registry = ToolRegistry([make_echo(), stub_tool("boom", StubSchema({}), Recorder(error=Exception("x")))])
     calls = [
         ToolCall(id="a", name="echo", arguments={"value": "Pi"}),
@@ -1057,7 +1117,7 @@ def load_uppercase() -> Tool[Any, Any]:
 
 @pytest.mark.transfer6
 def test_uppercase_returns_the_value_in_upper_case() -> None:
-    """Does uppercase answer {"value": "Pi"} with [text("PI")] and details {"source": "uppercase"}?"""
+    """uppercase 是否用 [text("PI")] 和 details {"source": "uppercase"} 回答 {"value": "Pi"}？"""
     uppercase = load_uppercase()
     result = execute(
         ToolCall(id="call-u", name="uppercase", arguments={"value": "Pi"}), ToolRegistry([uppercase])
@@ -1074,7 +1134,7 @@ def test_uppercase_returns_the_value_in_upper_case() -> None:
 
 @pytest.mark.transfer6
 def test_uppercase_refuses_a_non_string_before_executing() -> None:
-    """Does {"value": 1} fail as `Tool uppercase failed: 必须是 string`, same id and name, execute never run?"""
+    """{"value": 1} 是否以 `Tool uppercase failed: 必须是 string` 失败，id 和名字不变，execute 从未运行？"""
     uppercase = load_uppercase()
     body = Recorder(source="uppercase")
     spied = dataclasses.replace(uppercase, execute=body.execute)
@@ -1085,7 +1145,7 @@ def test_uppercase_refuses_a_non_string_before_executing() -> None:
 
 @pytest.mark.transfer6
 def test_uppercase_joins_echo_in_one_registry_unchanged() -> None:
-    """Registered next to echo in a plain ToolRegistry, do both tools describe themselves and run as they should?"""
+    """与 echo 一起注册在普通的 ToolRegistry 里时，两个工具是否都能正确描述自己并正确运行？"""
     uppercase = load_uppercase()
     registry = ToolRegistry([make_echo(), uppercase])
     definitions = registry.definitions()

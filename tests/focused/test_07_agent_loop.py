@@ -205,6 +205,7 @@ class EditingModel:
 
 
 @pytest.mark.lab7_1
+@pytest.mark.edits("LoopRun")
 def test_a_plain_stop_keeps_the_input_and_sends_the_whole_context() -> None:
     """纯文本 stop：调用方的 context 原样不动，模型收到的请求只有 messages 与 registry 的定义吗？"""
     registry, _ = echo_registry()
@@ -233,6 +234,7 @@ def test_a_plain_stop_keeps_the_input_and_sends_the_whole_context() -> None:
 
 
 @pytest.mark.lab7_1
+@pytest.mark.edits("collect_model_turn")
 def test_the_model_events_come_first_then_the_assistant_message_then_turn_end() -> None:
     """一轮纯文本：先转发模型的每个事件，再宣布完整的 assistant，最后一个 turn_end 吗？"""
     registry, _ = echo_registry()
@@ -261,6 +263,7 @@ def test_the_model_events_come_first_then_the_assistant_message_then_turn_end() 
 
 
 @pytest.mark.lab7_1
+@pytest.mark.edits("LoopRun")
 def test_the_transcript_shares_no_message_with_the_caller() -> None:
     """run 的 messages 是深拷贝吗？改动结果里的消息不会改到调用方的消息。"""
     registry, _ = echo_registry()
@@ -278,6 +281,7 @@ def test_the_transcript_shares_no_message_with_the_caller() -> None:
 
 
 @pytest.mark.lab7_1
+@pytest.mark.edits("collect_model_turn")
 def test_a_model_that_edits_its_request_changes_nothing_in_the_transcript() -> None:
     """模型拿到的是自己的副本吗？它往请求里追加或改写消息，run 的 transcript 都不受影响。"""
     registry, _ = echo_registry()
@@ -292,6 +296,7 @@ def test_a_model_that_edits_its_request_changes_nothing_in_the_transcript() -> N
 
 
 @pytest.mark.lab7_1
+@pytest.mark.edits("collect_model_turn")
 def test_a_run_without_an_observer_still_ends() -> None:
     """不传 on_event 时，一轮纯文本 stop 照样正常结束吗？"""
     registry, _ = echo_registry()
@@ -300,6 +305,7 @@ def test_a_run_without_an_observer_still_ends() -> None:
 
 
 @pytest.mark.lab7_1
+@pytest.mark.edits("LoopRun.finish")
 def test_finish_emits_turn_end_only_the_first_time() -> None:
     """finish 被调用两次时，turn_end 仍然只发一次吗？每次都返回同一份 messages。"""
     events: list[LoopEvent] = []
@@ -317,6 +323,7 @@ def test_finish_emits_turn_end_only_the_first_time() -> None:
 
 
 @pytest.mark.lab7_2
+@pytest.mark.edits("run_tool_call")
 def test_the_loop_never_writes_a_system_message_and_the_caller_s_messages_prefix_every_request() -> None:
     """loop 从不写 system message 吗？调用方的 messages（含 system）是每次请求与结果的不变前缀。"""
     registry, _ = echo_registry()
@@ -369,6 +376,7 @@ class Probe:
 
 
 @pytest.mark.lab7_2
+@pytest.mark.edits("run_tool_call")
 def test_one_tool_round_trip_passes_signal_and_progress_and_feeds_the_next_request() -> None:
     """单工具往返：signal 和 progress 到达工具，配对结果进入第二次请求，事件顺序对吗？"""
     controller = AbortController()
@@ -414,6 +422,7 @@ def test_one_tool_round_trip_passes_signal_and_progress_and_feeds_the_next_reque
 
 
 @pytest.mark.lab7_2
+@pytest.mark.edits("run_tool_batch")
 def test_the_events_of_a_round_trip_come_in_the_chapter_s_order() -> None:
     """一次往返的事件顺序是 模型事件 → assistant → tool_start → tool_end → 模型事件 → assistant → turn_end 吗？"""
     registry, _ = echo_registry()
@@ -451,6 +460,7 @@ def test_the_events_of_a_round_trip_come_in_the_chapter_s_order() -> None:
 
 
 @pytest.mark.lab7_2
+@pytest.mark.edits("run_tool_batch")
 def test_every_request_carries_the_registry_s_definitions_of_that_moment() -> None:
     """每次请求都重新取 registry.definitions() 吗？工具运行中注册的新工具，下一次请求就能看到。"""
     registry, _ = echo_registry()
@@ -472,6 +482,7 @@ def test_every_request_carries_the_registry_s_definitions_of_that_moment() -> No
 
 
 @pytest.mark.lab7_2
+@pytest.mark.edits("run_tool_call")
 def test_an_unknown_tool_is_answered_by_06_s_executor_and_the_loop_goes_on() -> None:
     """没有注入 executor 时用 06 的 execute_tool_call：未知工具得到 06 的失败结果，loop 继续请求模型吗？"""
     registry, echo = echo_registry()
@@ -490,6 +501,7 @@ def test_an_unknown_tool_is_answered_by_06_s_executor_and_the_loop_goes_on() -> 
 
 
 @pytest.mark.lab7_2
+@pytest.mark.edits("run_tool_call")
 def test_an_injected_executor_replaces_the_registry_and_gets_signal_and_progress() -> None:
     """注入的 execute_tool_call 取代 registry 执行，并收到同一个 signal 和绑定了 call id 的 progress 吗？"""
     registry, echo = echo_registry()
@@ -536,6 +548,7 @@ SKIPPED_TEXTS = {
 
 
 @pytest.mark.lab7_3
+@pytest.mark.edits("skipped_result", "end_without_tools")
 @pytest.mark.parametrize("reason", ["length", "error", "aborted"])
 def test_length_error_and_aborted_run_no_tool_and_answer_every_call_as_skipped(
     reason: Literal["length", "error", "aborted"],
@@ -568,6 +581,7 @@ def test_length_error_and_aborted_run_no_tool_and_answer_every_call_as_skipped(
 
 
 @pytest.mark.lab7_3
+@pytest.mark.edits("end_without_tools")
 def test_stop_with_a_call_ends_as_a_protocol_error_with_an_unexpected_stop_result() -> None:
     """stop 却夹带 call：不执行，结果标为 unexpected-stop，整次运行以 error 结束吗？"""
     registry, echo = echo_registry()
@@ -594,6 +608,7 @@ def test_stop_with_a_call_ends_as_a_protocol_error_with_an_unexpected_stop_resul
 
 
 @pytest.mark.lab7_3
+@pytest.mark.edits("end_without_tools")
 def test_tool_use_without_a_call_ends_as_a_protocol_error_with_no_result() -> None:
     """toolUse 却没有任何 call：不写结果，整次运行以 error 结束吗？"""
     registry, _ = echo_registry()
@@ -610,6 +625,7 @@ def test_tool_use_without_a_call_ends_as_a_protocol_error_with_no_result() -> No
 
 
 @pytest.mark.lab7_3
+@pytest.mark.edits("skipped_result")
 @pytest.mark.parametrize("reason", ["length", "error", "aborted", "unexpected-stop"])
 def test_a_skipped_result_says_why_in_the_course_s_words(reason: str) -> None:
     """skipped 结果的正文与课程一字不差吗？content、details、is_error 都对吗？"""
@@ -627,6 +643,7 @@ def test_a_skipped_result_says_why_in_the_course_s_words(reason: str) -> None:
 
 
 @pytest.mark.lab7_3
+@pytest.mark.edits("end_without_tools")
 def test_skipped_results_follow_their_assistant_in_call_order_with_one_event_each() -> None:
     """skipped 结果紧跟 assistant、按 call 顺序写入，每个结果恰好一个 tool_skipped 事件吗？"""
     registry, _ = echo_registry()
@@ -647,6 +664,7 @@ def test_skipped_results_follow_their_assistant_in_call_order_with_one_event_eac
 
 
 @pytest.mark.lab7_3
+@pytest.mark.edits("end_without_tools")
 def test_a_failed_stream_ends_the_run_with_its_reason() -> None:
     """模型流以 error 结束（脚本里的失败轮、或脚本已用完）时，run 以 error 结束且不再请求吗？"""
     registry, _ = echo_registry()
@@ -669,6 +687,7 @@ def test_a_failed_stream_ends_the_run_with_its_reason() -> None:
 
 
 @pytest.mark.lab7_3
+@pytest.mark.edits("end_without_tools")
 @given(
     stop=st.sampled_from(["length", "error", "aborted", "stop", "toolUse"]),
     count=st.integers(min_value=0, max_value=3),
@@ -969,6 +988,7 @@ def forever_tool_use() -> list[AssistantMessage]:
 
 
 @pytest.mark.lab7_5
+@pytest.mark.edits("end_cancelled")
 def test_cancelled_before_the_first_request_asks_nothing_and_ends_once() -> None:
     """开始前就已取消：不请求模型，steps 为 0，messages 只有输入，只有一个 aborted 终态吗？"""
     controller = AbortController()
@@ -988,6 +1008,7 @@ def test_cancelled_before_the_first_request_asks_nothing_and_ends_once() -> None
 
 
 @pytest.mark.lab7_5
+@pytest.mark.edits("end_cancelled")
 def test_cancelled_during_the_tools_keeps_the_paired_results_and_asks_no_more() -> None:
     """工具执行中取消：等这批结束，保留配对结果，不再请求模型，以 aborted 结束吗？"""
     controller = AbortController()
@@ -1029,6 +1050,7 @@ def test_cancelled_during_the_tools_keeps_the_paired_results_and_asks_no_more() 
 
 
 @pytest.mark.lab7_5
+@pytest.mark.edits("end_at_step_limit")
 def test_max_steps_keeps_the_last_batch_and_ends_once_as_max_steps() -> None:
     """max_steps=1：这一批结果保留，不发起第二次请求，以唯一的 maxSteps 终态结束吗？"""
     registry, _ = echo_registry()
@@ -1053,6 +1075,7 @@ def test_max_steps_keeps_the_last_batch_and_ends_once_as_max_steps() -> None:
 
 
 @pytest.mark.lab7_5
+@pytest.mark.edits("end_at_step_limit")
 @pytest.mark.parametrize("limit", [2, 3, 5])
 def test_max_steps_bounds_the_number_of_model_requests(limit: int) -> None:
     """max_steps 恰好是允许的模型请求次数吗？每一批结果都保留，steps 等于上限。"""
@@ -1071,6 +1094,7 @@ def test_max_steps_bounds_the_number_of_model_requests(limit: int) -> None:
 
 
 @pytest.mark.lab7_5
+@pytest.mark.edits("end_at_step_limit")
 def test_the_default_step_limit_is_32_requests() -> None:
     """不传 max_steps 时，上限是 32 次模型请求吗？"""
     registry, _ = echo_registry()
@@ -1082,6 +1106,7 @@ def test_the_default_step_limit_is_32_requests() -> None:
 
 
 @pytest.mark.lab7_5
+@pytest.mark.edits("end_at_step_limit")
 def test_a_zero_step_limit_asks_nothing() -> None:
     """max_steps=0 时一次也不请求，直接以 maxSteps 结束、steps 为 0 吗？"""
     registry, _ = echo_registry()
@@ -1095,6 +1120,7 @@ def test_a_zero_step_limit_asks_nothing() -> None:
 
 
 @pytest.mark.lab7_5
+@pytest.mark.edits("end_cancelled")
 def test_a_cancellation_on_the_last_allowed_step_ends_as_aborted() -> None:
     """最后一步的工具里取消：以 aborted 而不是 maxSteps 结束吗？取消检查在上限之前。"""
     controller = AbortController()
@@ -1114,6 +1140,7 @@ def test_a_cancellation_on_the_last_allowed_step_ends_as_aborted() -> None:
 
 
 @pytest.mark.lab7_5
+@pytest.mark.edits("end_cancelled")
 def test_a_cancellation_on_a_later_step_counts_the_completed_requests() -> None:
     """第二轮工具里取消：steps 等于已完成的请求数 2，两批结果都在，不发第三次请求吗？"""
     controller = AbortController()

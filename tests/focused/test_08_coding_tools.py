@@ -343,6 +343,7 @@ def test_reading_on_from_each_continuation_offset_shows_every_line_once(
 
 
 @pytest.mark.lab8_2
+@pytest.mark.edits("ensure_inside_workspace")
 def test_workspace_rules_bind_read_write_and_edit(make_dir: Callable[[str], Path]) -> None:
     """外部绝对路径和指向外部的符号链接，是否同样挡住 Read、Write 与 Edit，且外部文件分毫未动？"""
     root = make_dir("pi-path-root-")
@@ -376,6 +377,7 @@ def test_workspace_rules_bind_read_write_and_edit(make_dir: Callable[[str], Path
 
 
 @pytest.mark.lab8_2
+@pytest.mark.edits("ensure_inside_workspace")
 def test_parent_paths_and_the_sibling_folder_that_shares_the_roots_name_are_outside(
     make_dir: Callable[[str], Path],
 ) -> None:
@@ -406,6 +408,7 @@ def test_parent_paths_and_the_sibling_folder_that_shares_the_roots_name_are_outs
 
 
 @pytest.mark.lab8_2
+@pytest.mark.edits("ensure_inside_workspace")
 def test_new_files_are_judged_by_their_nearest_existing_ancestor(make_dir: Callable[[str], Path]) -> None:
     """要新建的文件（连父目录都还不存在）是否按最近的已存在祖先判断：穿过外链的被拒，workspace 内的链接照常可用？"""
     root = make_dir("pi-path-new-")
@@ -435,6 +438,7 @@ def test_new_files_are_judged_by_their_nearest_existing_ancestor(make_dir: Calla
 
 
 @pytest.mark.lab8_3
+@pytest.mark.edits("atomic_write", "write_file")
 def test_write_creates_folders_replaces_the_whole_file_and_reports_evidence(
     make_dir: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -479,6 +483,7 @@ def test_write_creates_folders_replaces_the_whole_file_and_reports_evidence(
 
 
 @pytest.mark.lab8_3
+@pytest.mark.edits("MutationQueue.run")
 def test_mutation_queue_serialises_one_path_and_lets_other_paths_go_on() -> None:
     """同一路径的修改是否一个接一个、不同路径是否不必等待，失败的操作是否仍放行下一项？"""
 
@@ -544,6 +549,7 @@ def test_mutation_queue_serialises_one_path_and_lets_other_paths_go_on() -> None
 
 
 @pytest.mark.lab8_3
+@pytest.mark.edits("MutationQueue.run")
 def test_a_waiter_cancelled_in_the_queue_does_not_let_the_next_one_jump_ahead() -> None:
     """排队中的第二项被取消后，第三项和随后到达的第四项是否仍等第一项结束才开始，且之后队列照常可用？"""
 
@@ -599,6 +605,7 @@ def test_a_waiter_cancelled_in_the_queue_does_not_let_the_next_one_jump_ahead() 
 
 
 @pytest.mark.lab8_4
+@pytest.mark.edits("apply_edits", "commit_edits")
 def test_edit_applies_dependent_replacements_in_order_and_reports_byte_counts(
     make_dir: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -648,6 +655,7 @@ def test_edit_applies_dependent_replacements_in_order_and_reports_byte_counts(
 
 
 @pytest.mark.lab8_4
+@pytest.mark.edits("commit_edits", "apply_edits", "parse_edit_parameters")
 def test_edit_refuses_empty_batches_empty_and_repeated_matches_and_never_half_applies(
     make_dir: Callable[[str], Path],
 ) -> None:
@@ -695,6 +703,7 @@ def test_edit_refuses_empty_batches_empty_and_repeated_matches_and_never_half_ap
 
 
 @pytest.mark.lab8_4
+@pytest.mark.edits("apply_edits")
 def test_edit_messages_name_the_failing_edit_and_overlapping_text_counts_once(
     make_dir: Callable[[str], Path],
 ) -> None:
@@ -728,6 +737,7 @@ def test_edit_messages_name_the_failing_edit_and_overlapping_text_counts_once(
 
 
 @pytest.mark.lab8_4
+@pytest.mark.edits("commit_edits")
 def test_edit_keeps_permissions_and_refuses_a_file_it_cannot_read_as_utf8(
     make_dir: Callable[[str], Path],
 ) -> None:
@@ -758,6 +768,7 @@ def test_edit_keeps_permissions_and_refuses_a_file_it_cannot_read_as_utf8(
 
 
 @pytest.mark.lab8_5
+@pytest.mark.edits("run_command")
 def test_bash_runs_in_the_workspace_keeps_exit_codes_and_guards_paths(
     make_dir: Callable[[str], Path],
 ) -> None:
@@ -793,6 +804,7 @@ def test_bash_runs_in_the_workspace_keeps_exit_codes_and_guards_paths(
 
 
 @pytest.mark.lab8_5
+@pytest.mark.edits("run_command")
 def test_bash_cancelled_before_it_starts_starts_no_process(make_dir: Callable[[str], Path]) -> None:
     """signal 在调用前已取消时，Bash 是否不启动任何进程，并以 aborted 的错误结果作答？"""
     root = make_dir("pi-bash-precancel-")
@@ -812,6 +824,7 @@ def test_bash_cancelled_before_it_starts_starts_no_process(make_dir: Callable[[s
 
 
 @pytest.mark.lab8_5
+@pytest.mark.edits("bounded_output")
 def test_bash_truncation_notice_counts_against_the_output_limit(
     make_dir: Callable[[str], Path], python: str
 ) -> None:
@@ -833,6 +846,7 @@ def test_bash_truncation_notice_counts_against_the_output_limit(
 
 
 @pytest.mark.lab8_5
+@pytest.mark.edits("bounded_output")
 def test_bash_output_that_is_not_utf8_stays_readable_and_within_the_limit(
     make_dir: Callable[[str], Path], python: str
 ) -> None:
@@ -902,6 +916,7 @@ time.sleep(30)
 
 
 @pytest.mark.lab8_5
+@pytest.mark.edits("ProcessGroup.on_timeout", "kill_process_tree", "ProcessGroup.terminate")
 def test_bash_tells_a_time_out_from_a_cancellation_and_ends_the_whole_process_group(
     make_dir: Callable[[str], Path], python: str, reap_pids: list[int]
 ) -> None:
@@ -954,6 +969,7 @@ def test_bash_tells_a_time_out_from_a_cancellation_and_ends_the_whole_process_gr
 
 
 @pytest.mark.lab8_5
+@pytest.mark.edits("run_command")
 def test_a_time_out_ends_descendants_that_ignore_sigterm(
     make_dir: Callable[[str], Path], python: str, reap_pids: list[int]
 ) -> None:
@@ -985,6 +1001,7 @@ print("shell done")
 
 
 @pytest.mark.lab8_5
+@pytest.mark.edits("run_command")
 @pytest.mark.parametrize("holds_pipe", [False, True], ids=["detached", "holding-stdout"])
 def test_a_grandchild_that_outlives_its_shell_is_ended_with_the_call(
     make_dir: Callable[[str], Path], python: str, reap_pids: list[int], holds_pipe: bool

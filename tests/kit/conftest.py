@@ -26,6 +26,9 @@ from pi_course_kit.instructor.grade import bwrap
 
 # The kit's own tests read the English messages (msgids); tests of the Chinese text ask for it explicitly.
 os.environ.setdefault("PI_COURSE_LANG", "en")
+# Property tests in the practice folders these tests make run the grading profile (a fixed seed), not the
+# learner's quick random one: a kit test must not depend on the examples a run happens to draw.
+os.environ.setdefault("PI_COURSE_HYPOTHESIS", "grading")
 
 REPO = Path(__file__).resolve().parents[2]
 #: The small course the engine and CLI tests run on.

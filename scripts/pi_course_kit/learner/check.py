@@ -12,13 +12,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from pi_course_kit.core import records
+from pi_course_kit.core import manifest, records
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import PracticeFolder, open_folder
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.runner import RunResult, run_tests
 
-STATUS_STYLE = {
+STATUS_STYLE: dict[str, str] = {
     records.DONE: "green",
     records.FAILING: "red",
     records.NOT_STARTED: "yellow",
@@ -28,19 +28,28 @@ STATUS_STYLE = {
 # Beyond the per-test timeout (pytest-timeout, in pytest.ini), a whole run that still does not end
 # (learner code that swallows even the timeout) is killed from outside after this long.
 RUN_TIMEOUT = 120.0
+#: The largest per-test limit accepted (a day): a timer cannot be set to infinity.
+MAX_TIMEOUT = 86400.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare --lab, --watch, --poll and --timeout."""
-    parser.add_argument("--lab", help="run only this lab's tests, e.g. 6.1")
-    parser.add_argument("--watch", action="store_true", help="re-run whenever a file is saved (Ctrl-C stops)")
+    parser.add_argument("--lab", help=_("run only this lab's tests, e.g. 6.1"))
     parser.add_argument(
-        "--poll", action="store_true", help="with --watch: poll for changes (for file systems without events)"
+        "--watch", action="store_true", help=_("re-run whenever a file is saved (Ctrl-C stops)")
     )
     parser.add_argument(
-        "--timeout", type=float, metavar="SECONDS", help="per-test time limit (default: pytest.ini's timeout)"
+        "--poll",
+        action="store_true",
+        help=_("with --watch: poll for changes (for file systems without events)"),
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="also print pytest's own output")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help=_("per-test time limit (default: pytest.ini's timeout)"),
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help=_("also print pytest's own output"))
 
 
 def lab_marker(folder: PracticeFolder, lab_id: str) -> str:
@@ -49,8 +58,17 @@ def lab_marker(folder: PracticeFolder, lab_id: str) -> str:
     for lab in labs:
         if lab["id"] == lab_id or lab["marker"] == lab_id:
             return str(lab["marker"])
+    with contextlib.suppress(KitError, manifest.ManifestError, OSError, ValueError):
+        # An earlier chapter's optional exercise (carried over by --from) can still be run by name.
+        for info in manifest.load(folder.course_path).checkpoint(folder.checkpoint_id).tree_labs:
+            if info.optional and info.inherited and lab_id in (info.id, info.marker):
+                return info.marker
     known = ", ".join(str(lab["id"]) for lab in labs)
-    raise KitError(f"unknown lab {lab_id!r} in checkpoint {folder.checkpoint_id}; known labs: {known}")
+    raise KitError(
+        _("unknown lab {lab!r} in checkpoint {checkpoint}; known labs: {known}").format(
+            lab=lab_id, checkpoint=folder.checkpoint_id, known=known
+        )
+    )
 
 
 def pytest_args(folder: PracticeFolder, lab: str | None, timeout: float | None) -> list[str]:
@@ -59,8 +77,10 @@ def pytest_args(folder: PracticeFolder, lab: str | None, timeout: float | None) 
     if lab is not None:  # `--lab ""` is a typo to report, not "every lab"
         args += ["-m", lab_marker(folder, lab)]
     if timeout is not None:
-        if timeout <= 0:
-            raise KitError(f"--timeout must be a positive number of seconds, got {timeout}")
+        if not 0 < timeout < MAX_TIMEOUT:  # also refuses nan and inf, which no timer can be set to
+            raise KitError(
+                _("--timeout must be a positive number of seconds, got {value}").format(value=timeout)
+            )
         args += ["--timeout", f"{timeout:g}"]
     return args
 
@@ -119,7 +139,10 @@ def explain(folder: PracticeFolder, result: RunResult, elapsed: float) -> tuple[
     if step is not None and step.get("location"):
         step = {**step, "location": short(folder, step["location"])}
     lines = records.step_lines(step, records.all_done_text(str(folder.meta.get("kind") or "labs")))
-    if step is not None:
+    if step is not None and step.get("unchecked"):
+        # Nothing is known to be unfinished: a whole run settles it, no lab to edit or hint for.
+        lines[-1] += _("   (or: pi-course check)")
+    elif step is not None:
         lines = [line.replace('"', "") for line in lines]
         lines[-1] += _("   (or: pi-course check --lab {lab})").format(lab=step["lab"])
         lines.append(_("  stuck? pi-course hint {lab}").format(lab=step["lab"]))
@@ -182,19 +205,35 @@ def _render_rich(title: str, before: list[str], rows: list[dict[str, Any]], afte
         console.print(Text(line, style="bold cyan" if not line.startswith(" ") else ""))
 
 
+def require_test_files(folder: PracticeFolder) -> None:
+    """Refuse to run, saying what is gone and how to get it back, when the kit's tests/ or pytest.ini are missing."""
+    missing = folder.missing_test_files()
+    if missing:
+        raise KitError(
+            _(
+                "{files} missing from this practice folder: they are the kit's test files, not yours; "
+                "`pi-course reset --kit` puts them back (your code is not touched)"
+            ).format(files=", ".join(missing[:3]) + (" …" if len(missing) > 3 else ""))
+        )
+
+
 def run_once(folder: PracticeFolder, args: list[str], verbose: bool, header: str = "") -> RunResult:
     """Run the tests once, print the report and remember the next lab in meta.json."""
+    require_test_files(folder)
     started = time.monotonic()
     result = run_tests(folder.root, args, timeout=RUN_TIMEOUT)
     elapsed = time.monotonic() - started
     if verbose:
         print(result.output)
-    title = f"pi-course check · checkpoint {folder.checkpoint_id} · {folder.root} ({elapsed:.1f} s){header}"
+    title = _("pi-course check · checkpoint {id} · {root} ({seconds:.1f} s)").format(
+        id=folder.checkpoint_id, root=folder.root, seconds=elapsed
+    )
+    title += header
     render(folder, result, elapsed, title)
     if result.next_step is not None:
-        folder.meta["last_next_lab"] = result.next_step["lab"]
-        with contextlib.suppress(OSError):  # a read-only folder can still be checked
-            folder.save()
+        lab = result.next_step["lab"]
+        with contextlib.suppress(OSError, KitError):  # a read-only folder can still be checked
+            folder.update(lambda meta: meta.__setitem__("last_next_lab", lab))
     return result
 
 
@@ -202,7 +241,7 @@ def passed(result: RunResult) -> bool:
     """Did every selected required lab pass, with nothing broken?"""
     if result.crashed or result.collect_errors or not result.tests:
         return False
-    return all(row["status"] == "done" for row in result.labs if not row.get("optional"))
+    return all(row["status"] == records.DONE for row in result.labs if not row.get("optional"))
 
 
 def _stop_on_term(_signum: int, _frame: FrameType | None) -> None:
@@ -215,7 +254,7 @@ def watch_loop(folder: PracticeFolder, args: list[str], verbose: bool, poll: boo
 
     signal.signal(signal.SIGTERM, _stop_on_term)
     polling = needs_polling(folder.root, forced=poll)
-    mode = "polling" if polling else "file events"
+    mode = _("polling") if polling else _("file events")
     interactive = sys.stdout.isatty()
     runs = 0
     try:
@@ -227,12 +266,16 @@ def watch_loop(folder: PracticeFolder, args: list[str], verbose: bool, poll: boo
                 print("\033[2J\033[H", end="")
             stamp = datetime.datetime.now().strftime("%H:%M:%S")
             names = ", ".join(sorted(folder.relative(Path(p)) for p in changed))
-            print(f"── run {runs} · {stamp}" + (f" · changed: {names}" if names else ""), flush=True)
+            line = _("── run {n} · {time}").format(n=runs, time=stamp)
+            print(line + (_(" · changed: {names}").format(names=names) if names else ""), flush=True)
             run_once(folder, args, verbose)
-            print(f"watching {folder.root} for saves ({mode}); Ctrl-C to stop", flush=True)
+            print(
+                _("watching {root} for saves ({mode}); Ctrl-C to stop").format(root=folder.root, mode=mode),
+                flush=True,
+            )
             changed = next(stream)
     except KeyboardInterrupt:
-        print("stopped watching", flush=True)
+        print(_("stopped watching"), flush=True)
         return 0
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import sys
+from typing import Any
 
 from pi_course_kit.core import manifest, records
 from pi_course_kit.core.folder import PracticeFolder, open_folder
@@ -13,8 +15,10 @@ from pi_course_kit.core.manifest import Checkpoint, Course, Lab
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the lab and --all."""
-    parser.add_argument("lab", nargs="?", help="lab id, e.g. 6.1 (default: the lab `check` pointed to last)")
-    parser.add_argument("--all", action="store_true", help="show again every hint you have already seen")
+    parser.add_argument(
+        "lab", nargs="?", metavar="LAB", help=_("lab id, e.g. 6.1 (default: the lab `check` pointed to last)")
+    )
+    parser.add_argument("--all", action="store_true", help=_("show again every hint you have already seen"))
 
 
 def syntax_error(folder: PracticeFolder, checkpoint: Checkpoint) -> tuple[str, int, str] | None:
@@ -33,6 +37,10 @@ def syntax_error(folder: PracticeFolder, checkpoint: Checkpoint) -> tuple[str, i
 def choose_lab(folder: PracticeFolder, course: Course, checkpoint: Checkpoint, wanted: str | None) -> Lab:
     """The lab asked for; else the lab of a line that does not parse; else the earliest unfinished required lab."""
     if wanted is not None:  # `hint ""` names no lab: refuse it rather than guess one
+        # An earlier chapter's optional exercise travels with `--from` and still runs here when asked for.
+        for lab in checkpoint.tree_labs:
+            if lab.optional and lab.inherited and wanted in (lab.id, lab.marker):
+                return lab
         return checkpoint.lab(wanted)
     known = {lab.id: lab for lab in checkpoint.labs}
     broken = syntax_error(folder, checkpoint)
@@ -62,22 +70,44 @@ def run(args: argparse.Namespace) -> int:
             ).format(file=broken[0], line=broken[1], message=broken[2])
         )
     lab = choose_lab(folder, course, checkpoint, args.lab)
-    seen: dict[str, int] = folder.meta.setdefault("hints", {})
-    total = len(lab.hints)
-    already = min(int(seen.get(lab.id, 0)), total)
+    hints = lab.shown_hints
+    total = len(hints)
+
+    def seen_count(meta: dict[str, Any]) -> int:
+        hints = meta.get("hints")
+        return min(int(hints.get(lab.id, 0)), total) if isinstance(hints, dict) else 0
+
+    already = seen_count(folder.meta)
     if args.all:
         shown = range(max(already, 1))
     else:
-        shown = range(min(already + 1, total) - 1, min(already + 1, total))
-        seen[lab.id] = min(already + 1, total)
-        folder.save()
+
+        def one_more(meta: dict[str, Any]) -> None:
+            count = seen_count(meta)
+            if not isinstance(meta.get("hints"), dict):
+                meta["hints"] = {}
+            meta["hints"][lab.id] = min(count + 1, total)
+
+        try:
+            folder.update(one_more)  # counts from the file as it is now: another command may have written it
+        except OSError as error:
+            folder.meta["hints"] = {lab.id: min(already + 1, total)}
+            print(
+                _("cannot remember this hint in {path} ({reason}); the next one will repeat it").format(
+                    path=folder.relative(folder.meta_path), reason=error.strerror or error
+                ),
+                file=sys.stderr,
+            )
+        already = min(seen_count(folder.meta), total)
+        shown = range(already - 1, already)
+    seen: dict[str, int] = folder.meta.get("hints") or {}
     for index in shown:
         print(
             _("hint {n}/{total} for Lab {lab} · {title}").format(
-                n=index + 1, total=total, lab=lab.id, title=lab.title
+                n=index + 1, total=total, lab=lab.id, title=lab.shown_title
             )
         )
-        print(f"  {lab.hints[index]}")
+        print(f"  {hints[index]}")
     count = int(seen.get(lab.id, 0))
     if count >= total:
         print(
