@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -243,9 +244,9 @@ def test_status_lists_files_changed_since_the_folder_was_made(
     capsys.readouterr()
     assert cli.main(["status", "--no-run"]) == 0
     out = capsys.readouterr().out
-    assert "modified fx_course/counter.py" in out
-    assert "added    fx_course/doubler.py" in out
-    assert "deleted  LAB-GUIDE.md" in out
+    assert re.search(r"modified\s+fx_course/counter\.py", out)
+    assert re.search(r"added\s+fx_course/doubler\.py", out)
+    assert re.search(r"deleted\s+LAB-GUIDE\.md", out)
     assert "__pycache__" not in out
     assert "hints seen: Lab 1.2 1" in out
 
@@ -264,3 +265,87 @@ def solved_status(course: Course, checkpoint: Checkpoint, tmp_path_factory: pyte
     done = run_cli(["status"], cwd=folder)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
+
+
+# -- the kit's own files ------------------------------------------------------------------------
+
+
+def test_deleted_tests_are_named_and_reset_kit_puts_them_back(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """With tests/ and pytest.ini deleted: does check say what is missing and what to run, and reset --kit restore them?"""
+    folder = make_folder(course, checkpoint, tmp_path / "p")
+    solve(course, checkpoint, folder)
+    shipped = snapshot(folder)
+    mine = (folder / "fx_course" / "counter.py").read_bytes()
+    for name in ("tests", "pytest.ini", "LAB-GUIDE.md", "AGENT-GUIDE.md"):
+        path = folder / name
+        if path.is_dir():
+            for child in sorted(path.rglob("*"), reverse=True):
+                child.unlink() if child.is_file() else child.rmdir()
+            path.rmdir()
+        else:
+            path.unlink()
+    refused = run_cli(["check"], cwd=folder)
+    assert refused.returncode == 2
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert (
+        len(lines) == 1 and "tests/, pytest.ini missing" in lines[0] and "pi-course reset --kit" in lines[0]
+    )
+    assert "os._exit" not in refused.stdout + refused.stderr
+    restored = run_cli(["reset", "--kit"], cwd=folder)
+    assert restored.returncode == 0, restored.stderr
+    assert "pytest.ini" in restored.stdout and "tests/test_a1_counter.py" in restored.stdout
+    assert {k: v for k, v in snapshot(folder).items() if not k.startswith(".pi-course/")} == {
+        k: v for k, v in shipped.items() if not k.startswith(".pi-course/")
+    }
+    assert (folder / "fx_course" / "counter.py").read_bytes() == mine  # the learner's code untouched
+    assert run_cli(["check"], cwd=folder).returncode == 0
+
+
+def test_reset_all_also_restores_a_changed_kit_file(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """After the learner edits a test file, does `reset --all` put the shipped test back (and back the edit up)?"""
+    folder = make_folder(course, checkpoint, tmp_path / "p")
+    test_file = folder / "tests" / "test_a1_counter.py"
+    shipped = test_file.read_bytes()
+    test_file.write_text("# emptied by the learner\n", encoding="utf-8")
+    done = run_cli(["reset", "--all"], cwd=folder)
+    assert done.returncode == 0, done.stderr
+    assert test_file.read_bytes() == shipped
+    kit_backups = [p for p in (folder / ".pi-course" / "backups").iterdir() if p.name.endswith("-kit")]
+    assert len(kit_backups) == 1
+    assert (
+        (kit_backups[0] / "tests" / "test_a1_counter.py").read_text(encoding="utf-8").startswith("# emptied")
+    )
+    again = run_cli(["reset", "--kit"], cwd=folder)
+    assert again.returncode == 0 and "nothing to put back" in again.stdout
+
+
+# -- the companion-agent guide --------------------------------------------------------------------
+
+
+def test_a_fresh_folder_has_an_agent_guide_naming_the_commands(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Does a fresh practice folder hold AGENT-GUIDE.md, naming what the agent may run and must not touch?"""
+    folder = make_folder(course, checkpoint, tmp_path / "p")
+    guide = (folder / "AGENT-GUIDE.md").read_text(encoding="utf-8")
+    for command in ("`pi-course check`", "`pi-course hint 1.1`", "`python -m pytest -m lab1_1`"):
+        assert command in guide, command
+    for forbidden in ("`solutions/`", "`tests/`"):
+        assert forbidden in guide, forbidden
+    assert "one action at a time" in guide
+    # The fixture course is English: no line of the guide is in Chinese.
+    assert not any("\u4e00" <= char <= "\u9fff" for char in guide)
+
+
+def test_a_chinese_course_gets_its_agent_guide_in_chinese(real_course: Course, tmp_path: Path) -> None:
+    """In a practice folder of the (Chinese) course, is the agent guide in Chinese whatever the learner's locale?"""
+    lab_checkpoint = next(cp for cp in real_course.checkpoints if not cp.observation)
+    folder = make_folder(real_course, lab_checkpoint, tmp_path / "p")
+    guide = (folder / "AGENT-GUIDE.md").read_text(encoding="utf-8")
+    assert "陪学 Agent 指南" in guide and "一次只建议一个动作" in guide
+    assert f"`pi-course hint {lab_checkpoint.first_lab.id}`" in guide
+    assert "How to help" not in guide

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gettext
 import json
 import os
+import re
 import unicodedata
 from pathlib import Path
 
@@ -191,6 +192,16 @@ def test_the_compiled_catalog_matches_its_po_file() -> None:
             if message.id:
                 assert message.string, message.id
                 assert compiled.gettext(str(message.id)) == message.string, message.id
+
+
+def test_every_message_of_the_catalog_is_defined_once() -> None:
+    """Is each msgid written once in the .po file (msgfmt -c refuses a duplicate; Babel keeps the last one)?"""
+    for po in LOCALE.glob("*/LC_MESSAGES/pi_course.po"):
+        with po.open("rb") as handle:
+            catalog = read_po(handle)
+        written = re.findall(r"^msgid ", po.read_text(encoding="utf-8"), re.MULTILINE)
+        # Babel merges a duplicate into one entry; the file's header is a msgid of its own.
+        assert len(written) == len(catalog) + 1, f"{po}: a msgid is defined more than once"
 
 
 def test_an_older_record_never_hides_this_runs_red_after_an_edit(

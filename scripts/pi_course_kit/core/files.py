@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -11,6 +12,25 @@ from pathlib import Path
 from typing import Any
 
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.i18n import _
+
+
+def describe_os_error(error: OSError) -> str:
+    """One line for a failed file operation: which path, what went wrong, and what the learner can do."""
+    path = error.filename if error.filename is not None else ""
+    advice = {
+        errno.EROFS: _("the file system is read-only; work in a folder you can write to"),
+        errno.EACCES: _("permission denied; use a folder you can read and write, or fix its permissions"),
+        errno.EPERM: _("permission denied; use a folder you can read and write, or fix its permissions"),
+        errno.ENOTDIR: _(
+            "a file stands where a folder should be; move that file away or choose another path"
+        ),
+        errno.ENOENT: _("no such file or folder; check the path"),
+        errno.ENOSPC: _("no space left on the device; free some space and try again"),
+        errno.EDQUOT: _("no space left on the device; free some space and try again"),
+    }.get(error.errno or 0)
+    reason = advice or _("{reason}; check the path and try again").format(reason=error.strerror or error)
+    return f"{path}: {reason}" if path else reason
 
 
 def current_umask() -> int:
@@ -60,7 +80,12 @@ def write_folder_atomically(dest: Path, fill: Callable[[Path], None]) -> Path:
         raise KitError(
             f"cannot create {dest}: a file stands in its path; choose a folder elsewhere"
         ) from None
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    except OSError as error:
+        raise KitError(
+            _("cannot create {dest}: {reason}").format(dest=dest, reason=describe_os_error(error))
+        ) from None
     try:
         fill(tmp)
         if dest.exists():

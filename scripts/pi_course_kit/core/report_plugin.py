@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import re
 import signal
 import threading
+import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
@@ -24,22 +27,30 @@ import pytest
 from pi_course_i18n import _
 from pi_course_records import (
     LAB_MARKER,
+    CollectError,
     TestRecord,
+    edit_target,
     function_at,
+    function_entry,
     lab_entry,
     lab_of_line,
     next_step,
     parse_marker_line,
     read_progress,
+    record_line,
     render,
+    stubbed_labs,
     summarise,
     summary_line,
     test_record,
     write_progress,
 )
 
-#: The learner's package; staging writes course.toml's `package` into pytest.ini, read at configure.
-PACKAGE = "pi_course"
+#: The marker naming the learner's function a focused test checks: `@pytest.mark.edits("Tool.parse")`.
+EDITS_MARKER = "edits"
+#: The learner's package; staging writes course.toml's `package` into pytest.ini, read at configure
+#: (a tree without that key: the folder beside tests/ that holds the package's `lab.py`).
+PACKAGE = ""
 #: Grading passes a larger import bound (`-o pi_course_import_timeout=N`): a busy machine must not
 #: turn a slow import into a failed one. Practice folders keep the per-test timeout.
 IMPORT_TIMEOUT_INI = "pi_course_import_timeout"
@@ -47,7 +58,7 @@ IMPORT_TIMEOUT_INI = "pi_course_import_timeout"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Declare the pytest.ini key naming the learner's package (conftest.py re-exports this hook)."""
-    parser.addini("pi_course_package", "the learner's package, from course.toml", default=PACKAGE)
+    parser.addini("pi_course_package", "the learner's package, from course.toml", default="")
     parser.addini("pi_course_language", "the course's language, from course.toml", default="")
     parser.addini(
         "pi_course_kind", "the checkpoint's kind, labs or observation, from course.toml", default="labs"
@@ -61,7 +72,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 JSON_ENV = "PI_COURSE_REPORT_JSON"
 
-REPEAT_TIMEOUT = 0.5
+#: How often a running test is looked at, seconds; how much CPU one call of the learner's code may
+#: use before it is taken for an endless loop; and, once a loop was found, how much a call of the
+#: same function may use (see ReportPlugin._alarm).
+REPEAT_TIMEOUT = 0.1
+LOOP_CPU = 2.0
+REPEAT_CPU = 0.3
 
 
 class LearnerTimeout(BaseException):
@@ -85,6 +101,66 @@ def _refusing_os_exit() -> Iterator[None]:
 
 def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def _learner_frame(frame: FrameType | None) -> FrameType | None:
+    """The innermost frame of the stack that runs the learner's package, if any."""
+    while frame is not None:
+        if PACKAGE in Path(frame.f_code.co_filename).parts:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _standing_in(frame: FrameType | None, code: set[tuple[str, str]]) -> FrameType | None:
+    """The innermost frame of the stack that runs one of the (file, function) pairs in `code`, if any."""
+    while frame is not None and code:
+        if (frame.f_code.co_filename, frame.f_code.co_name) in code:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _marker_names(expression: str) -> set[str]:
+    """The marker names of an `-m` expression made of names joined by `or`; empty for anything else."""
+    words = expression.split()
+    if not words or len(words) % 2 == 0 or any(word != "or" for word in words[1::2]):
+        return set()
+    names = set(words[::2])
+    return names if all(name.isidentifier() and name not in {"and", "not"} for name in names) else set()
+
+
+#: Code that builds or rewrites syntax trees. A timeout raised while it runs (an import rewritten by
+#: pytest's assertion rewriting, ast.parse) leaves CPython's AST constructor inconsistent and kills
+#: the run with an INTERNALERROR (`SystemError: AST constructor recursion depth mismatch`); there the
+#: alarm waits a moment and fires again.
+_AST_WORK = ("ast.py", "_pytest/assertion/rewrite.py", "_pytest/_code/source.py")
+#: How long the alarm waits when it lands in AST work, and for how long at most it keeps waiting, seconds.
+AST_RETRY = 0.05
+AST_GRACE = 2.0
+
+
+def in_ast_work(frame: FrameType | None) -> bool:
+    """Is the interrupted code building syntax trees (see `_AST_WORK`) on its own account?
+
+    Only the frames inside the learner's code count: pytest imports a test module, and with it the
+    learner's package, from inside its assertion rewriter, so a loop at import time runs with
+    rewrite.py further out on the stack. That loop is the learner's, and must be stopped.
+    """
+    while frame is not None:
+        name = frame.f_code.co_filename.replace("\\", "/")
+        if name.endswith(_AST_WORK):
+            return True
+        if PACKAGE and PACKAGE in Path(name).parts:
+            return False
+        frame = frame.f_back
+    return False
+
+
+def _guess_package(root: Path) -> str:
+    """The learner's package of a tree whose pytest.ini does not name it: the folder holding `lab.py`."""
+    found = sorted(path.parent.name for path in root.glob("*/lab.py") if path.parent.name != "tests")
+    return found[0] if found else ""
 
 
 def frame_location(frame: FrameType | None, root: Path) -> tuple[str, Path, int] | None:
@@ -140,7 +216,7 @@ def readable_diff(text: str, limit: int = 3, width: int = 160) -> list[str]:
 
 
 def learner_location(excinfo: pytest.ExceptionInfo[BaseException], root: Path) -> str | None:
-    """The deepest traceback line inside the learner's pi_course, as `path:line`."""
+    """The deepest traceback line inside the learner's package, as `path:line`."""
     for entry in reversed(excinfo.traceback):
         path = Path(str(entry.path))
         if PACKAGE in path.parts:
@@ -153,7 +229,7 @@ def learner_location(excinfo: pytest.ExceptionInfo[BaseException], root: Path) -
 
 
 def stub_lab(error: BaseException) -> str | None:
-    """The lab of a `LabNotImplemented` (matched by name: this plugin never imports pi_course), else None."""
+    """The lab of a `LabNotImplemented` (matched by name: this plugin never imports the learner's package), else None."""
     lab = getattr(error, "lab", None)
     is_stub = any(cls.__name__ == "LabNotImplemented" for cls in type(error).__mro__)
     return lab if is_stub and isinstance(lab, str) else None
@@ -200,7 +276,7 @@ class ReportPlugin:
 
     def __init__(self, config: pytest.Config) -> None:
         global PACKAGE  # one run, one learner package: the module's helpers read it too
-        PACKAGE = str(config.getini("pi_course_package") or PACKAGE)
+        PACKAGE = str(config.getini("pi_course_package") or "") or _guess_package(Path(str(config.rootpath)))
         language = str(config.getini("pi_course_language"))
         if language:
             pi_course_i18n.set_course_language(language)
@@ -208,8 +284,11 @@ class ReportPlugin:
         self.root = Path(str(config.rootpath))
         self.labs = [lab for line in config.getini("markers") if (lab := parse_marker_line(str(line)))]
         self.records: list[TestRecord] = []
-        self.collect_errors: list[dict[str, Any]] = []
-        self.looped_labs: set[str | None] = set()
+        self.collect_errors: list[CollectError] = []
+        #: lab -> `path:line` where one of its tests was stopped in an endless loop.
+        self.loops: dict[str, str] = {}
+        #: (file, function) of the learner code those loops stood in.
+        self.stuck_code: set[tuple[str, str]] = set()
         self.collected: dict[str, int] = {}
         self.json_path = os.environ.get(JSON_ENV)
         if self.json_path:
@@ -221,7 +300,7 @@ class ReportPlugin:
         """The per-test time limit (--timeout or pytest.ini's timeout); import and collection get the same."""
         for value in (self.config.getoption("timeout", None), self.config.getini("timeout")):
             try:
-                if value not in (None, "") and float(value) > 0:
+                if value not in (None, "") and 0 < float(value) < math.inf:  # no timer is set to inf
                     return float(value)
             except (TypeError, ValueError):
                 continue
@@ -244,6 +323,9 @@ class ReportPlugin:
             return (yield)
 
         def stop(signum: int, frame: FrameType | None) -> None:
+            if in_ast_work(frame):  # pytest is rewriting a test module: let it finish first
+                signal.setitimer(signal.ITIMER_REAL, AST_RETRY)
+                return
             # The collect report names the file, line and lab from this exception's traceback.
             raise LearnerTimeout(
                 _("importing your code did not finish within {limit}s: probably an endless loop here").format(
@@ -258,6 +340,23 @@ class ReportPlugin:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        """With `-m` naming only labs, pass over test modules that mark none of them.
+
+        A later checkpoint's folder holds every earlier checkpoint's tests; importing them all only to
+        deselect them made each lab run slower as the course went on. pytest has no "collect only
+        what -m can select" option, so the module's text is searched for the marker, which is how
+        the focused tests write it (`pytest.mark.lab6_1`).
+        """
+        names = _marker_names(str(config.getoption("markexpr", "") or ""))
+        if not names or not collection_path.name.startswith("test_") or collection_path.suffix != ".py":
+            return None
+        try:
+            text = collection_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None  # let pytest collect it and say what is wrong
+        return None if any(re.search(rf"\bmark\.{name}\b", text) for name in names) else True
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Count the tests each lab has in this run, so a run stopped early (-x) says so."""
@@ -279,8 +378,14 @@ class ReportPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        """Leave out the optional exercises of earlier checkpoints: a later tree does not re-run them."""
-        skipped = {lab.marker for lab in self.labs if lab.optional and lab.inherited}
+        """Leave out the optional exercises of earlier checkpoints: a later tree does not re-run them.
+
+        Unless `-m` names one: the learner's exercise came along (`--from`) and still runs when asked for.
+        """
+        named = _marker_names(str(config.getoption("markexpr", "") or ""))
+        skipped = {
+            lab.marker for lab in self.labs if lab.optional and lab.inherited and lab.marker not in named
+        }
         if not skipped:
             return
         keep = [item for item in items if not any(mark.name in skipped for mark in item.iter_markers())]
@@ -298,41 +403,109 @@ class ReportPlugin:
         return None
 
     def _location(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str | None:
-        """The deepest traceback line inside the learner's pi_course, as `path:line`."""
+        """The deepest traceback line inside the learner's package, as `path:line`."""
         return learner_location(excinfo, self.root)
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
-        """Arm pytest-timeout's signal timer with a handler that ends the test, naming its lab."""
+        """Take pytest-timeout's signal timer over: this plugin arms its own around each phase's body.
+
+        pytest-timeout arms one alarm for setup, call, teardown and the reports between them; an alarm
+        landing in pytest's own report-making (which parses source) ended runs with an INTERNALERROR.
+        """
         usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
         if getattr(settings, "method", None) != "signal" or not usable:
             return None  # pytest-timeout's own timer (thread method) takes over
-        lab = self._lab_of(item)
-        limit = float(settings.timeout)
-        if lab in self.looped_labs:
-            # One endless loop in a lab usually stalls all its tests: do not make the learner wait for each.
-            limit = min(limit, REPEAT_TIMEOUT)
+        item._pi_limit = float(settings.timeout)  # type: ignore[attr-defined]
+        item.cancel_timeout = lambda: None  # type: ignore[attr-defined]
+        return True
 
-        root = self.root
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Any:
+        """Skip a lab's remaining tests once one is stuck in an endless loop; bound the fixtures' setup."""
+        lab = self._lab_of(item)
+        if lab in self.loops:  # they would run into the same loop, one time limit each
+            pytest.skip(
+                _(
+                    "not run: an earlier test of Lab {lab} is stuck in an endless loop at {where}; fix that first"
+                ).format(lab=lab, where=self.loops[lab])
+            )
+        with self._alarm(item):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        """Bound the test body with the per-test alarm, armed only while it runs."""
+        with self._alarm(item):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        """Bound the fixtures' teardown with the per-test alarm."""
+        with self._alarm(item):
+            return (yield)
+
+    @contextmanager
+    def _alarm(self, item: pytest.Item) -> Iterator[None]:
+        """Raise LearnerTimeout in the phase's body when it loops, naming the learner's line.
+
+        The test is looked at every REPEAT_TIMEOUT seconds. One call of the learner's code that has
+        used LOOP_CPU seconds of CPU on its own is an endless loop (the functions of these labs take
+        milliseconds), and so is a call of a function an earlier test already looped in, after
+        REPEAT_CPU; anything else runs to the item's time limit. CPU time of one call, so that a busy
+        machine, a test waiting on I/O, or many quick calls are never taken for a loop.
+        """
+        limit = float(getattr(item, "_pi_limit", 0) or 0)
+        if not 0 < limit < math.inf:
+            yield
+            return
+        lab = self._lab_of(item)
+        root, stuck = self.root, self.stuck_code
+        started = time.monotonic()
+        watched: list[Any] = [None, 0.0]  # the learner call being watched, and the CPU clock when first seen
+
+        def looping(frame: FrameType | None) -> float | None:
+            """The CPU seconds one learner call has spun for, once past its allowance; else None."""
+            spot = _standing_in(frame, stuck) or _learner_frame(frame)
+            if spot is None or spot is not watched[0]:
+                watched[:] = [spot, time.process_time()]
+                return None
+            spent = time.process_time() - float(watched[1])
+            known = (spot.f_code.co_filename, spot.f_code.co_name) in stuck
+            return spent if spent >= (REPEAT_CPU if known else LOOP_CPU) else None
 
         def stop(signum: int, frame: FrameType | None) -> None:
+            left = limit - (time.monotonic() - started)
+            if in_ast_work(frame) and left > -AST_GRACE:
+                signal.setitimer(signal.ITIMER_REAL, AST_RETRY)
+                return
+            spun = looping(frame) if left > 0 else None
+            if left > 0 and spun is None:
+                signal.setitimer(signal.ITIMER_REAL, min(REPEAT_TIMEOUT, left))
+                return
             found = frame_location(frame, root)
-            stuck = lab_of_line(found[1], found[2]) if found else None
+            owner = lab_of_line(found[1], found[2]) if found else None
             where = f" {found[0]}" if found else ""
+            if spun is not None:
+                raise LearnerTimeout(
+                    _(
+                        "Timeout: stopped at{where} after one call spun for {seconds}s of CPU, "
+                        "probably an endless loop in Lab {lab}"
+                    ).format(where=where, seconds=f"{spun:.1f}", lab=owner or lab)
+                )
             raise LearnerTimeout(
                 _("Timeout (>{limit}s): stopped at{where}, probably an endless loop in Lab {lab}").format(
-                    limit=f"{limit:g}", where=where, lab=stuck or lab
+                    limit=f"{limit:g}", where=where, lab=owner or lab
                 )
             )
 
-        def cancel() -> None:
+        previous = signal.signal(signal.SIGALRM, stop)
+        signal.setitimer(signal.ITIMER_REAL, min(REPEAT_TIMEOUT, limit))
+        try:
+            yield
+        finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
-
-        item.cancel_timeout = cancel  # type: ignore[attr-defined]
-        signal.signal(signal.SIGALRM, stop)
-        signal.setitimer(signal.ITIMER_REAL, limit)
-        return True
+            signal.signal(signal.SIGALRM, previous)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
@@ -342,7 +515,7 @@ class ReportPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
-        """While importing the tests (and so pi_course), refuse os._exit and shorten import errors."""
+        """While importing the tests (and so the learner's package), refuse os._exit and shorten import errors."""
         with _refusing_os_exit():
             try:
                 report: pytest.CollectReport = yield
@@ -357,12 +530,12 @@ class ReportPlugin:
                 )
                 report = pytest.CollectReport(collector.nodeid, "failed", text, [])
         if report.failed:
-            entry = self._describe_collect_error(report)
+            entry, excerpt = self._describe_collect_error(report)
             report._pi_entry = entry  # type: ignore[attr-defined]
-            if entry["location"]:
+            if entry.location:
                 # pytest would show importlib's frames; the learner needs the line and the lab only.
-                lab = f" (Lab {entry['lab']})" if entry["lab"] else ""
-                report.longrepr = f"{entry['location']}{lab}: {entry['message']}\n{entry['excerpt']}".rstrip()
+                lab = f" (Lab {entry.lab})" if entry.lab else ""
+                report.longrepr = f"{entry.location}{lab}: {entry.message}\n{excerpt}".rstrip()
         return report
 
     @pytest.hookimpl(wrapper=True)
@@ -381,8 +554,6 @@ class ReportPlugin:
             elif call.excinfo is not None:
                 error = call.excinfo.value
                 record.exc_type = type(error).__name__
-                if isinstance(error, LearnerTimeout):
-                    self.looped_labs.add(record.lab)
                 record.exc_lab = stub_lab(error)
                 record.message = _first_line(str(error)) or record.exc_type
                 if isinstance(error, SystemExit):
@@ -399,17 +570,65 @@ class ReportPlugin:
                     full = Path(path) if Path(path).is_absolute() else self.root / path
                     record.owner_lab = lab_of_line(full, int(line))
                     record.function = function_at(full, int(line))
+                if isinstance(error, LearnerTimeout):
+                    self._remember_loop(record.lab, record.owner_lab, call.excinfo)
                 if isinstance(error, AssertionError):
                     record.diff = readable_diff(str(error))
                 if record.outcome == "failed":
                     doc = getattr(getattr(item, "obj", None), "__doc__", None) or ""
-                    record.question = _first_line(doc)
+                    english = pi_course_i18n.english_question(
+                        item.path, getattr(item, "originalname", item.name)
+                    )
+                    record.question = english or _first_line(doc)
+                if record.outcome == "failed" and record.exc_lab is None:
+                    self._point_at_edit(item, record)
             self.records.append(record)
             self._emit_line(test_record(record))
         return report
 
-    def _describe_collect_error(self, report: pytest.CollectReport) -> dict[str, Any]:
-        """Where an import of the tests failed: the package's file:line, its lab, the error in one line."""
+    def _point_at_edit(self, item: pytest.Item, record: TestRecord) -> None:
+        """Send a failure that stops in no lab's code to the function its test names (`edits` marker).
+
+        A wrong value fails in the test's own assertion, and a loop bug may surface in given code: the
+        traceback then says nothing about what to edit. A frame in a lab's own code still wins.
+        """
+        order = [info.id for info in self.labs]
+        owner, lab = record.owner_lab, record.lab
+        if owner in order and lab in order and order.index(owner) > order.index(lab):
+            # A later lab's code cannot block an earlier lab's test: the mistake is this lab's own.
+            record.owner_lab = None
+        if record.location and record.owner_lab is not None:
+            return
+        mark = item.get_closest_marker(EDITS_MARKER)
+        named = tuple(str(arg) for arg in mark.args) if mark is not None else ()
+        tested = next((info for info in self.labs if info.id == record.lab), None)
+        found = [
+            entry
+            for name in edit_target(tested, named)
+            if (entry := function_entry(self.root, PACKAGE, name))
+        ]
+        if found:
+            record.location = found[0][0]
+            record.function = ", ".join(function for _where, function in found)
+
+    def _remember_loop(
+        self, lab: str | None, owner: str | None, excinfo: pytest.ExceptionInfo[BaseException]
+    ) -> None:
+        """Note where a test was stopped in an endless loop: its lab's other tests are not run into it.
+
+        Only the lab that owns the looping line skips its other tests; a later lab that merely calls
+        into the loop runs on, its tests stopped at once if they stand in the same function.
+        """
+        frames = [frame for frame, _line in traceback.walk_tb(excinfo.tb)]
+        inner = next((f for f in reversed(frames) if PACKAGE in Path(f.f_code.co_filename).parts), None)
+        if inner is None:
+            return  # stopped outside the learner's code: a slow test, not a loop of theirs
+        self.stuck_code.add((inner.f_code.co_filename, inner.f_code.co_name))
+        if lab is not None and owner in (lab, None):
+            self.loops[lab] = self._location(excinfo) or inner.f_code.co_name
+
+    def _describe_collect_error(self, report: pytest.CollectReport) -> tuple[CollectError, str]:
+        """Where an import of the tests failed (the package's file:line, its lab, the error), and that line."""
         text = str(report.longrepr)
         location, lab, excerpt = None, None, ""
         # The course's package, as pytest.ini names it: a course whose package is not `pi_course` keeps
@@ -440,23 +659,15 @@ class ReportPlugin:
         message = error_lines[-1].lstrip("E").strip() if error_lines else _first_line(text)
         # `pi_course_report.LearnerTimeout: ...` reads better without the plugin's module name.
         message = re.sub(r"^[\w.]*\.(?=\w+:)", "", message).removeprefix("LearnerTimeout: ")
-        return {
-            "event": "collect_error",
-            "nodeid": report.nodeid,
-            "message": message,
-            "location": location,
-            "lab": lab,
-            "excerpt": excerpt,
-        }
+        return CollectError(report.nodeid, message, location, lab), excerpt
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """Report a test module that cannot even be imported (a syntax error, say) in one line."""
         if not report.failed:
             return
-        entry = getattr(report, "_pi_entry", None) or self._describe_collect_error(report)
-        entry = {key: value for key, value in entry.items() if key != "excerpt"}
+        entry = getattr(report, "_pi_entry", None) or self._describe_collect_error(report)[0]
         self.collect_errors.append(entry)
-        self._emit(entry)
+        self._emit_line(record_line("collect_error", asdict(entry)))
 
     # -- reporting -------------------------------------------------------------
 
@@ -472,11 +683,11 @@ class ReportPlugin:
         write = terminalreporter.write_line
         terminalreporter.section("pi-course labs")
         for error in self.collect_errors:
-            where = error["location"] or error["nodeid"]
-            lab = _(" (in Lab {lab})").format(lab=error["lab"]) if error["lab"] else ""
+            where = error.location or error.nodeid
+            lab = _(" (in Lab {lab})").format(lab=error.lab) if error.lab else ""
             write(
                 _("cannot import the tests: {where}{lab}: {message}").format(
-                    where=where, lab=lab, message=error["message"]
+                    where=where, lab=lab, message=error.message
                 )
             )
             write(_("  fix that line first; no lab can run until the package imports"))
@@ -488,9 +699,10 @@ class ReportPlugin:
         rows = [row for row in summarise(self.labs, self.records, self.collected) if row.total]
         recorded = read_progress(self.root, PACKAGE)
         entries = {lab.id: entry for lab in self.labs if (entry := lab_entry(self.root, PACKAGE, lab))}
-        step = next_step(rows, self.labs, recorded, entries)
+        stubbed = stubbed_labs(self.root, PACKAGE, self.labs)
+        step = next_step(rows, self.labs, recorded, entries, stubbed)
         stopped = any(row.collected > row.total for row in rows)
         for line in render(rows, step, stopped, str(self.config.getini("pi_course_kind") or "labs")):
             write(line)
-        write_progress(self.root, rows, PACKAGE)
+        write_progress(self.root, rows, PACKAGE, self.labs)
         self._emit_line(summary_line(rows, step, len(self.collect_errors), stopped))

@@ -6,13 +6,15 @@ import argparse
 import ast
 import datetime
 import io
+import tempfile
 import tokenize
+from collections.abc import Callable
 from pathlib import Path
 
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
-from pi_course_kit.core.files import write_text_atomically
-from pi_course_kit.core.folder import BACKUP_DIR, META_DIR, PracticeFolder, open_folder
+from pi_course_kit.core.files import describe_os_error, replace_file, write_text_atomically
+from pi_course_kit.core.folder import BACKUP_DIR, KIT_DIR, META_DIR, PracticeFolder, open_folder, sha256_file
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.regions import find_stubs, functions, lab_import
 
@@ -21,16 +23,24 @@ FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the lab (or --all)."""
-    parser.add_argument("lab", nargs="?", help="lab id whose stubs to restore, e.g. 6.2")
+    parser.add_argument("lab", nargs="?", metavar="LAB", help=_("lab id whose stubs to restore, e.g. 6.2"))
     parser.add_argument(
         "--all",
         action="store_true",
-        help="restore every teaching file to the starter (even one that does not parse)",
+        help=_("restore every teaching file to the starter (even one that does not parse)"),
+    )
+    parser.add_argument(
+        "--kit",
+        action="store_true",
+        help=_(
+            "put back the kit's own files (tests/, pytest.ini, the guides) if deleted or changed; "
+            "your code is not touched"
+        ),
     )
     parser.add_argument(
         "--undo",
         action="store_true",
-        help="put back the version the last reset saved (your current files are backed up first)",
+        help=_("put back the version the last reset saved (your current files are backed up first)"),
     )
 
 
@@ -50,7 +60,7 @@ def undo(folder: PracticeFolder, teaching_files: list[str]) -> int:
     source = saved[-1]
     files = [relative for relative in teaching_files if (source / relative).is_file()]
     for relative in files:
-        (source / relative).read_text(encoding="utf-8")  # refuse a damaged backup before changing anything
+        read_source(source / relative, relative)  # refuse a damaged backup before changing anything
     current = backup(folder, files, "before-undo")
     for relative in files:
         write_text_atomically(folder.root / relative, (source / relative).read_text(encoding="utf-8"))
@@ -114,15 +124,19 @@ def restore_labs(learner: str, starter: str, labs: set[str], filename: str) -> t
         learner_tree = ast.parse(learner, filename)
     except SyntaxError as error:
         raise KitError(
-            f"{filename}:{error.lineno}: does not parse ({error.msg}); fix that line, "
-            "or restore the whole file with `pi-course reset --all` (your version is backed up)"
+            _(
+                "{file}:{line}: does not parse ({message}); fix that line, "
+                "or restore the whole file with `pi-course reset --all` (your version is backed up)"
+            ).format(file=filename, line=error.lineno, message=error.msg)
         ) from None
     stubs = [stub for stub in find_stubs(starter, filename) if stub.lab in labs]
     ours, theirs = functions(learner_tree), functions(ast.parse(starter, filename))
     missing = [stub.qualname for stub in stubs if stub.qualname not in ours]
     if missing:
         raise KitError(
-            f"{filename}: has no {', '.join(missing)} any more; restore the whole file with `pi-course reset --all`"
+            _("{file}: has no {names} any more; restore the whole file with `pi-course reset --all`").format(
+                file=filename, names=", ".join(missing)
+            )
         )
     learner_lines = learner.splitlines(keepends=True)
     starter_lines = starter.splitlines(keepends=True)
@@ -131,7 +145,7 @@ def restore_labs(learner: str, starter: str, labs: set[str], filename: str) -> t
     for stub in stubs:
         mine, given = ours[stub.qualname], theirs[stub.qualname]
         first, last, whole = _span(mine, learner_ends, learner_lines)
-        s_first, s_last, _ = _span(given, starter_ends, starter_lines)
+        s_first, s_last, _whole = _span(given, starter_ends, starter_lines)
         if whole:  # a one-line def: take the starter's def line along with its body
             s_first = given.lineno
         body = _reindent(starter_lines[s_first - 1 : s_last], given.col_offset, mine.col_offset)
@@ -149,6 +163,19 @@ def restore_labs(learner: str, starter: str, labs: set[str], filename: str) -> t
     return result, [stub.qualname for stub in stubs]
 
 
+def read_source(path: Path, relative: str) -> str:
+    """A teaching file's text, or a KitError saying why it cannot be read and what to do."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise KitError(
+            _(
+                "{file} is not UTF-8 text, so its labs cannot be found; restore the whole file with "
+                "`pi-course reset --all` (your version is backed up)"
+            ).format(file=relative)
+        ) from None
+
+
 def backup(folder: PracticeFolder, files: list[str], label: str) -> Path:
     """Copy the learner's current files into a new timestamped folder under .pi-course/backups."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -158,12 +185,19 @@ def backup(folder: PracticeFolder, files: list[str], label: str) -> Path:
     while target.exists():
         counter += 1
         target = base / f"{stamp}-{label}-{counter}"
-    for relative in files:
-        source = folder.root / relative
-        if source.is_file():
-            (target / relative).parent.mkdir(parents=True, exist_ok=True)
-            (target / relative).write_bytes(source.read_bytes())
-    target.mkdir(parents=True, exist_ok=True)
+    try:
+        for relative in files:
+            source = folder.root / relative
+            if source.is_file():
+                (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                (target / relative).write_bytes(source.read_bytes())
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a read-only folder, a file where the backups folder should be
+        raise KitError(
+            _("cannot back up your files before changing them: {reason}; nothing was changed").format(
+                reason=describe_os_error(error)
+            )
+        ) from None
     return target
 
 
@@ -172,20 +206,81 @@ def starter_text(folder: PracticeFolder, relative: str, starter_tree: Path) -> s
     for base in (folder.starter_dir, starter_tree):
         if (base / relative).is_file():
             return (base / relative).read_text(encoding="utf-8")
-    raise KitError(f"no starter copy of {relative} found; make a fresh folder with `pi-course practice`")
+    raise KitError(
+        _("no starter copy of {file} found; make a fresh folder with `pi-course practice`").format(
+            file=relative
+        )
+    )
+
+
+def pristine_kit_files(folder: PracticeFolder, names: list[str]) -> dict[str, bytes]:
+    """The kit's files as shipped: the folder's own copy, else made again from the installed course."""
+    kept = folder.root / META_DIR / KIT_DIR
+    if kept.is_dir():
+        return {name: (kept / name).read_bytes() for name in names if (kept / name).is_file()}
+    # A folder made before the copy was kept: lay the checkpoint out again from the course the kit finds.
+    from pi_course_kit.core.locate import course_manifest
+    from pi_course_kit.learner.practice import fill_files
+
+    course = manifest.load(course_manifest())
+    with tempfile.TemporaryDirectory(prefix="pi-course-kit-files-") as tmp:
+        fill_files(course, course.checkpoint(folder.checkpoint_id), Path(tmp))
+        return {name: (Path(tmp) / name).read_bytes() for name in names if (Path(tmp) / name).is_file()}
+
+
+def restore_kit(folder: PracticeFolder) -> list[str]:
+    """Put back every kit file that is missing or changed (a changed one is backed up first)."""
+    shipped: dict[str, str] = folder.meta.get("files", {})
+    wanted = []
+    for name in folder.kit_files():
+        path = folder.root / name
+        if not path.is_file():
+            wanted.append(name)
+        elif not name.endswith(".ipynb") and sha256_file(path) != shipped.get(name):
+            wanted.append(name)  # a notebook the learner ran keeps its outputs; only a lost one comes back
+    if not wanted:
+        return []
+    sources = pristine_kit_files(folder, wanted)
+    lost = [name for name in wanted if name not in sources]
+    if lost:
+        raise KitError(
+            _("no pristine copy of {files} found; make a fresh folder with `pi-course practice`").format(
+                files=", ".join(lost)
+            )
+        )
+    changed = [name for name in wanted if (folder.root / name).is_file()]
+    if changed:
+        backup(folder, changed, "kit")
+    for name in wanted:
+        replace_file(folder.root / name, _bytes_writer(sources[name]))
+    return wanted
+
+
+def _bytes_writer(data: bytes) -> Callable[[Path], None]:
+    def write(tmp: Path) -> None:
+        tmp.write_bytes(data)
+
+    return write
 
 
 def run(args: argparse.Namespace) -> int:
     """Back up, then restore the lab's stubs (or every teaching file with --all)."""
-    if args.undo and (args.lab or args.all):
+    if args.undo and (args.lab or args.all or args.kit):
         raise KitError(_("--undo takes no lab and no --all: it puts back what the last reset saved"))
-    if not args.lab and not args.all and not args.undo:
+    if not args.lab and not args.all and not args.undo and not args.kit:
         raise KitError(
             _(
                 "name the lab to reset (e.g. `pi-course reset 6.2`), use --all for every teaching file, or --undo"
             )
         )
     folder = open_folder()
+    if args.kit and not args.lab and not args.all:
+        restored_kit = restore_kit(folder)
+        if restored_kit:
+            print(_("put back the kit's files: {files}").format(files=", ".join(restored_kit)))
+        else:
+            print(_("the kit's files are all in place; nothing to put back"))
+        return 0
     course = manifest.load(folder.course_path)
     checkpoint = course.checkpoint(folder.checkpoint_id)
     if args.undo:
@@ -207,9 +302,11 @@ def run(args: argparse.Namespace) -> int:
         for relative in files:
             path = folder.root / relative
             if not path.is_file():
-                raise KitError(f"{relative} is missing; restore it with `pi-course reset --all`")
+                raise KitError(
+                    _("{file} is missing; restore it with `pi-course reset --all`").format(file=relative)
+                )
             text, names = restore_labs(
-                path.read_text(encoding="utf-8"),
+                read_source(path, relative),
                 starter_text(folder, relative, starter_tree),
                 {lab.id},
                 relative,
@@ -218,12 +315,15 @@ def run(args: argparse.Namespace) -> int:
                 new_text[relative], restored = text, restored + names
         if not restored:
             raise KitError(
-                f"Lab {lab.id} has no stubs in {', '.join(files)} (it asks for new code: "
-                f"{', '.join(lab.implements)}); remove or edit those files yourself"
+                _(
+                    "Lab {lab} has no stubs in {files} (it asks for new code: {names}); "
+                    "remove or edit those files yourself"
+                ).format(lab=lab.id, files=", ".join(files), names=", ".join(lab.implements))
             )
     saved = backup(folder, list(new_text), label)
     for relative, text in new_text.items():
         write_text_atomically(folder.root / relative, text)
+    restored_kit = restore_kit(folder) if args.all or args.kit else []
     print(
         _("your version is saved in {backup}/; `pi-course reset --undo` puts it back").format(
             backup=folder.relative(saved)
@@ -231,6 +331,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.all:
         print(_("restored the starter version of {files}").format(files=", ".join(new_text)))
+    if restored_kit:
+        print(_("put back the kit's files: {files}").format(files=", ".join(restored_kit)))
     else:
         print(
             _("restored the Lab {lab} stubs: {names}; your other labs are untouched").format(

@@ -1,0 +1,411 @@
+"""Odd invocations of `pi-course`: each ends with one line saying what was wrong and what to do, never a traceback.
+
+Each case runs the command line as a subprocess on the fixture course, in a scratch folder holding a
+file, a non-empty folder and a practice folder, after an optional set-up that damages something. Some
+cases run with no permission to read (as root: without the capabilities that bypass file permissions),
+on a read-only file system (a read-only bind mount), or are interrupted with Ctrl-C while starting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURE
+from learner_support import CLI, make_folder
+from pi_course_kit.core.manifest import Checkpoint, Course
+
+#: As root, file permissions are checked once these capabilities are dropped (setpriv keeps uid 0,
+#: so the interpreter under /root stays reachable).
+NO_BYPASS = [
+    "setpriv",
+    "--bounding-set=-dac_override,-dac_read_search",
+    "--inh-caps=-dac_override,-dac_read_search",
+]
+
+
+@dataclass(frozen=True)
+class Odd:
+    """One odd command line: where it runs, what is damaged first, how it is run, and whether 0 is right."""
+
+    argv: tuple[str, ...]
+    where: str = "ws"  # ws, folder (a practice folder), sub (its package folder)
+    damage: str | None = None  # a key of DAMAGE
+    mode: str = "plain"  # plain, noperm (permissions enforced), ro (read-only file system), sigint
+    ok: bool = False  # exit code 0 is the right answer
+    delay: float = 0.0  # sigint: seconds after the start
+
+
+def _meta(ws: Path, change: Callable[[dict[str, object]], object]) -> None:
+    path = ws / "folder" / ".pi-course" / "meta.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    change(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def _write(relative: str, data: bytes) -> Callable[[Path], None]:
+    def damage(ws: Path) -> None:
+        (ws / relative).write_bytes(data)
+
+    return damage
+
+
+def _remove(*relatives: str) -> Callable[[Path], None]:
+    def damage(ws: Path) -> None:
+        for relative in relatives:
+            path = ws / relative
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+    return damage
+
+
+def _meta_dir(ws: Path) -> None:
+    path = ws / "folder" / ".pi-course" / "meta.json"
+    path.unlink()
+    path.mkdir()
+
+
+def _backups_file(ws: Path) -> None:
+    (ws / "folder" / ".pi-course" / "backups").write_text("not a folder\n", encoding="utf-8")
+
+
+def _locked(ws: Path) -> None:
+    (ws / "locked").mkdir()
+    (ws / "locked").chmod(0)
+
+
+def _locked_folder(ws: Path) -> None:
+    (ws / "folder").chmod(0)
+
+
+def _locked_meta(ws: Path) -> None:
+    (ws / "folder" / ".pi-course" / "meta.json").chmod(0)
+
+
+def _locked_teaching(ws: Path) -> None:
+    (ws / "folder" / "fx_course" / "counter.py").chmod(0)
+
+
+def _with_backup(ws: Path) -> None:
+    backup = ws / "folder" / ".pi-course" / "backups" / "20260101-000000-lab1.1" / "fx_course"
+    backup.mkdir(parents=True)
+    shutil.copyfile(ws / "folder" / "fx_course" / "counter.py", backup / "counter.py")
+
+
+META = "folder/.pi-course/meta.json"
+DAMAGE: dict[str, Callable[[Path], None]] = {
+    "meta not json": _write(META, b"{not json"),
+    "meta a list": _write(META, b"[]"),
+    "meta without checkpoint": _write(META, b'{"format": 1}'),
+    "meta not utf-8": _write(META, b"\xff\xfe\x00\x81garbage"),
+    "meta a folder": _meta_dir,
+    "meta unknown checkpoint": lambda ws: _meta(ws, lambda m: m.__setitem__("checkpoint", "zz")),
+    "meta files a list": lambda ws: _meta(ws, lambda m: m.__setitem__("files", [1, 2])),
+    "meta teaching files a number": lambda ws: _meta(ws, lambda m: m.__setitem__("teaching_files", 5)),
+    "meta hints a list": lambda ws: _meta(ws, lambda m: m.__setitem__("hints", [1])),
+    "meta labs a string": lambda ws: _meta(ws, lambda m: m.__setitem__("labs", "x")),
+    "course snapshot not toml": _write("folder/.pi-course/course.toml", b"not toml ["),
+    "course snapshot gone": _remove("folder/.pi-course/course.toml"),
+    "starter copy gone": _remove("folder/.pi-course/starter"),
+    "tests gone": _remove("folder/tests", "folder/pytest.ini"),
+    "package gone": _remove("folder/fx_course"),
+    "teaching file gone": _remove("folder/fx_course/counter.py"),
+    "teaching file not utf-8": _write("folder/fx_course/counter.py", b"\xff\xfe\x00\x81"),
+    "teaching file not python": _write("folder/fx_course/counter.py", b"def (:\n"),
+    "backups a file": _backups_file,
+    "a backup to undo": _with_backup,
+    "locked folder": _locked,
+    "practice folder locked": _locked_folder,
+    "meta locked": _locked_meta,
+    "teaching file locked": _locked_teaching,
+}
+
+CASES: dict[str, Odd] = {
+    # -- the command line itself
+    "no command": Odd(()),  # the help, on stdout, and exit code 2
+    "--lang without a value": Odd(("--lang",)),
+    "--lang xx": Odd(("--lang", "xx", "check"), where="folder"),
+    "--lang= empty": Odd(("--lang=", "check"), where="folder"),
+    "unknown command": Odd(("pratice", "a1", "new")),
+    "unknown top-level option": Odd(("--frobnicate",)),
+    "practice without arguments": Odd(("practice",)),
+    "practice without a folder": Odd(("practice", "a1")),
+    "practice with an extra argument": Odd(("practice", "a1", "new", "extra")),
+    "check --timeout abc": Odd(("check", "--timeout", "abc"), where="folder"),
+    "check --timeout -1": Odd(("check", "--timeout", "-1"), where="folder"),
+    "check --timeout 0": Odd(("check", "--timeout", "0"), where="folder"),
+    "check --timeout nan": Odd(("check", "--timeout", "nan"), where="folder"),
+    "check --timeout inf": Odd(("check", "--timeout", "inf"), where="folder"),
+    "check --lab empty": Odd(("check", "--lab", ""), where="folder"),
+    "check --lab 9.9": Odd(("check", "--lab", "9.9"), where="folder"),
+    "check --lab 9.9 from the package folder": Odd(("check", "--lab", "9.9"), where="sub"),
+    "check with an unknown option": Odd(("check", "--bogus"), where="folder"),
+    "hint 9.9": Odd(("hint", "9.9"), where="folder"),
+    "hint empty": Odd(("hint", ""), where="folder"),
+    "hint with two labs": Odd(("hint", "1.1", "1.2"), where="folder"),
+    "reset without a lab": Odd(("reset",), where="folder"),
+    "reset 9.9": Odd(("reset", "9.9"), where="folder"),
+    "reset ../1.1": Odd(("reset", "../1.1"), where="folder"),
+    "reset --undo without a backup": Odd(("reset", "--undo"), where="folder"),
+    "reset --undo with a lab": Odd(("reset", "--undo", "1.1"), where="folder"),
+    "reset --undo --kit": Odd(("reset", "--undo", "--kit"), where="folder"),
+    "reset with an unknown option": Odd(("reset", "1.1", "--force"), where="folder"),
+    "status with an unknown option": Odd(("status", "--bogus"), where="folder"),
+    "watch with an unknown option": Odd(("watch", "--bogus"), where="folder"),
+    "checkpoint 99": Odd(("checkpoint", "99")),
+    "checkpoint ../a1": Odd(("checkpoint", "../a1")),
+    "diff 99": Odd(("diff", "99", "--course", str(FIXTURE))),
+    "diagnose an unknown mutation": Odd(("diagnose", "a1", "no-such-mutation", "--course", str(FIXTURE))),
+    "nbrun a missing notebook": Odd(("nbrun", "missing.ipynb")),
+    "nbrun a file that is no notebook": Odd(("nbrun", "a-file")),
+    "export without a target": Odd(("export",)),
+    # -- where the new folder would go
+    "practice 99": Odd(("practice", "99", "new")),
+    "practice under a file": Odd(("practice", "a1", "a-file/new")),
+    "practice onto a file": Odd(("practice", "a1", "a-file")),
+    "practice into a non-empty folder": Odd(("practice", "a1", "full")),
+    "practice into the current folder": Odd(("practice", "a1", ".")),
+    "practice into an empty name": Odd(("practice", "a1", "")),
+    "practice under /proc": Odd(("practice", "a1", "/proc/pi-course-new")),
+    "practice under /dev/null": Odd(("practice", "a1", "/dev/null/new")),
+    "practice --course missing": Odd(("practice", "a1", "new", "--course", "missing")),
+    "practice --course a file": Odd(("practice", "a1", "new", "--course", "a-file")),
+    "practice --course an empty folder": Odd(("practice", "a1", "new", "--course", "full")),
+    "checkpoint under a file": Odd(("checkpoint", "a1", "a-file/cp")),
+    "checkpoint into a non-empty folder": Odd(("checkpoint", "a1", "full")),
+    # -- --from
+    "--from a missing folder": Odd(("practice", "a2", "new", "--from", "missing")),
+    "--from a file": Odd(("practice", "a2", "new", "--from", "a-file")),
+    "--from a non-practice folder": Odd(("practice", "a2", "new", "--from", "full")),
+    "--from for a checkpoint without a parent": Odd(("practice", "a1", "new", "--from", "folder")),
+    "--from an unfinished parent": Odd(("practice", "a2", "new", "--from", "folder")),
+    "--from a folder with a corrupt meta.json": Odd(
+        ("practice", "a2", "new", "--from", "folder"), damage="meta not json"
+    ),
+    "--from an unreadable folder": Odd(
+        ("practice", "a2", "new", "--from", "locked"), damage="locked folder", mode="noperm"
+    ),
+    # -- outside a practice folder
+    "check outside a practice folder": Odd(("check",)),
+    "hint outside a practice folder": Odd(("hint", "1.1")),
+    "reset outside a practice folder": Odd(("reset", "1.1")),
+    "reset --kit outside a practice folder": Odd(("reset", "--kit")),
+    "status outside a practice folder": Odd(("status", "--no-run")),
+    "watch outside a practice folder": Odd(("watch",)),
+    # -- a damaged practice folder
+    **{
+        f"{command} with {damage}": Odd(argv, where="folder", damage=damage)
+        for damage in (
+            "meta not json",
+            "meta a list",
+            "meta without checkpoint",
+            "meta not utf-8",
+            "meta a folder",
+            "meta unknown checkpoint",
+        )
+        for command, argv in (("check", ("check",)), ("hint", ("hint", "1.1")), ("reset", ("reset", "1.1")))
+    },
+    "status with meta not json": Odd(("status", "--no-run"), where="folder", damage="meta not json"),
+    "watch with meta not json": Odd(("watch",), where="folder", damage="meta not json"),
+    "reset --kit with meta files a list": Odd(("reset", "--kit"), where="folder", damage="meta files a list"),
+    "check with meta teaching files a number": Odd(
+        ("check",), where="folder", damage="meta teaching files a number"
+    ),
+    "hint with meta hints a list": Odd(("hint", "1.1"), where="folder", damage="meta hints a list", ok=True),
+    "check --lab with meta labs a string": Odd(
+        ("check", "--lab", "1.1"), where="folder", damage="meta labs a string"
+    ),
+    "hint with the course snapshot not toml": Odd(
+        ("hint", "1.1"), where="folder", damage="course snapshot not toml"
+    ),
+    "reset with the course snapshot gone": Odd(
+        ("reset", "1.1"), where="folder", damage="course snapshot gone", ok=True
+    ),
+    "reset with the starter copy gone": Odd(("reset", "1.1"), where="folder", damage="starter copy gone"),
+    "check with tests gone": Odd(("check",), where="folder", damage="tests gone"),
+    "watch with tests gone": Odd(("watch",), where="folder", damage="tests gone"),
+    "status with tests gone": Odd(("status",), where="folder", damage="tests gone"),
+    "check with the package gone": Odd(("check",), where="folder", damage="package gone"),
+    "reset with the teaching file gone": Odd(("reset", "1.1"), where="folder", damage="teaching file gone"),
+    "reset with a teaching file not utf-8": Odd(
+        ("reset", "1.1"), where="folder", damage="teaching file not utf-8"
+    ),
+    "hint with a teaching file not utf-8": Odd(
+        ("hint",), where="folder", damage="teaching file not utf-8", ok=True
+    ),
+    "reset with a teaching file that does not parse": Odd(
+        ("reset", "1.1"), where="folder", damage="teaching file not python"
+    ),
+    "reset with backups a file": Odd(("reset", "1.1"), where="folder", damage="backups a file"),
+    "reset --undo with backups a file": Odd(("reset", "--undo"), where="folder", damage="backups a file"),
+    # -- no permission to read
+    "practice under an unreadable folder": Odd(
+        ("practice", "a1", "locked/new"), damage="locked folder", mode="noperm"
+    ),
+    "practice onto an unreadable folder": Odd(
+        ("practice", "a1", "locked"), damage="locked folder", mode="noperm"
+    ),
+    "checkpoint under an unreadable folder": Odd(
+        ("checkpoint", "a1", "locked/cp"), damage="locked folder", mode="noperm"
+    ),
+    "check in an unreadable practice folder": Odd(
+        ("check",), where="folder", damage="practice folder locked", mode="noperm"
+    ),
+    "check with an unreadable meta.json": Odd(
+        ("check",), where="folder", damage="meta locked", mode="noperm"
+    ),
+    "hint with an unreadable meta.json": Odd(
+        ("hint", "1.1"), where="folder", damage="meta locked", mode="noperm"
+    ),
+    "reset with an unreadable teaching file": Odd(
+        ("reset", "1.1"), where="folder", damage="teaching file locked", mode="noperm"
+    ),
+    "status with an unreadable teaching file": Odd(
+        ("status", "--no-run"), where="folder", damage="teaching file locked", mode="noperm"
+    ),
+    # -- a read-only file system
+    "practice onto a read-only file system": Odd(("practice", "a1", "new"), mode="ro"),
+    "checkpoint onto a read-only file system": Odd(("checkpoint", "a1", "cp"), mode="ro"),
+    "hint in a read-only folder": Odd(("hint", "1.1"), where="folder", mode="ro", ok=True),
+    "reset in a read-only folder": Odd(("reset", "1.1"), where="folder", mode="ro"),
+    "reset --all in a read-only folder": Odd(("reset", "--all"), where="folder", mode="ro"),
+    "reset --kit in a read-only folder": Odd(
+        ("reset", "--kit"), where="folder", damage="tests gone", mode="ro"
+    ),
+    "reset --undo in a read-only folder": Odd(
+        ("reset", "--undo"), where="folder", damage="a backup to undo", mode="ro"
+    ),
+    "status in a read-only folder": Odd(("status", "--no-run"), where="folder", mode="ro", ok=True),
+    "check in a read-only folder": Odd(("check",), where="folder", mode="ro"),
+    # -- Ctrl-C while starting up
+    **{
+        f"Ctrl-C {delay:g}s into {' '.join(argv)}": Odd(argv, where="folder", mode="sigint", delay=delay)
+        for argv, delay in (
+            (("check",), 0.15),
+            (("check",), 0.4),
+            (("hint", "1.1"), 0.15),
+            (("reset", "1.1"), 0.25),
+            (("status",), 0.3),
+            (("practice", "a1", "../new"), 0.2),
+            (("watch",), 0.6),
+        )
+    },
+}
+
+
+def test_there_are_at_least_seventy_odd_invocations() -> None:
+    """Does the table hold at least 70 distinct odd invocations?"""
+    assert len(CASES) >= 70
+    assert len({(c.argv, c.where, c.damage, c.mode, c.delay) for c in CASES.values()}) == len(CASES)
+
+
+@pytest.fixture(scope="module")
+def starter(course: Course, checkpoint: Checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One fresh practice folder of the fixture course, copied into each case's scratch folder."""
+    return make_folder(course, checkpoint, tmp_path_factory.mktemp("odd") / "starter")
+
+
+def scratch(tmp_path: Path, starter: Path) -> Path:
+    """A scratch folder: a file, a non-empty folder and a practice folder."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a-file").write_text("not a folder\n", encoding="utf-8")
+    (ws / "full").mkdir()
+    (ws / "full" / "notes.txt").write_text("the learner's notes\n", encoding="utf-8")
+    shutil.copytree(starter, ws / "folder")
+    return ws
+
+
+def read_only(ws: Path, cwd: Path) -> list[str]:
+    """A command prefix that runs with `ws` mounted read-only, or a skip saying why it cannot here."""
+    probe = ["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(ws), str(ws), "--chdir", str(cwd)]
+    if shutil.which("bwrap"):
+        tried = subprocess.run([*probe, "true"], capture_output=True, timeout=30)
+        if tried.returncode == 0:
+            return probe
+    pytest.skip("cannot mount a read-only file system here (bubblewrap cannot run)")
+
+
+def wait_for_the_kit(pid: int, patience: float = 30.0) -> None:
+    """Wait until the interpreter runs the kit (it has loaded `_json`, which the kit's first imports need).
+
+    A Ctrl-C before that lands in Python's own start-up (site, .pth files), where no program can
+    catch it; the cases are about the kit's start-up, which begins here.
+    """
+    maps = Path(f"/proc/{pid}/maps")
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        try:
+            if "_json" in maps.read_text(encoding="utf-8", errors="replace"):
+                return
+        except OSError:
+            return  # no /proc here, or the process already ended
+        time.sleep(0.005)
+
+
+def restore_permissions(ws: Path) -> None:
+    """Give every folder back its permissions, so the scratch folder can be removed."""
+    for path in (ws, *ws.rglob("*")):
+        if path.is_dir() or path.exists():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_an_odd_invocation_ends_in_one_line_without_a_traceback(
+    name: str, starter: Path, tmp_path: Path
+) -> None:
+    """Does this odd command end with the right exit code and one line on stderr, and no traceback?"""
+    case = CASES[name]
+    ws = scratch(tmp_path, starter)
+    cwd = {"ws": ws, "folder": ws / "folder", "sub": ws / "folder" / "fx_course"}[case.where]
+    if case.damage is not None:
+        DAMAGE[case.damage](ws)
+    prefix: list[str] = []
+    if case.mode == "noperm" and os.geteuid() == 0:
+        prefix = NO_BYPASS
+    elif case.mode == "ro":
+        prefix = read_only(ws, cwd)
+    env = {**os.environ, "PI_COURSE_LANG": "en", "PI_COURSE_ROOT": str(FIXTURE)}
+    env.pop("PYTHONPATH", None)
+    try:
+        process = subprocess.Popen(
+            [*prefix, *CLI, *case.argv],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        if case.mode == "sigint":
+            wait_for_the_kit(process.pid)
+            time.sleep(case.delay)  # the moment of the Ctrl-C is what this case is about
+            process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        restore_permissions(ws)
+    shown = out + err
+    assert "Traceback" not in shown, shown[-3000:]
+    assert "INTERNALERROR" not in shown, shown[-3000:]
+    lines = [line for line in err.splitlines() if line.strip()]
+    if case.mode == "sigint":
+        # Interrupted (130, or killed by the signal), or already done when it came: at most one line.
+        assert len(lines) <= 1, err
+        return
+    if case.ok:
+        assert process.returncode == 0, shown[-3000:]
+        assert len(lines) <= 1, err
+        return
+    assert process.returncode != 0, shown[-3000:]
+    if process.returncode in (1, 2) and not lines and out.strip():
+        return  # a red run: the report on stdout says why; no command at all: the help on stdout
+    assert len(lines) == 1, err
