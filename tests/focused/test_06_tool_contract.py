@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pi_course_i18n
 import pytest
 from pi_course import (
     AbortController,
@@ -1099,19 +1100,27 @@ def test_every_result_answers_its_own_call() -> None:
 
 # ## Lab transfer6 · uppercase (optional)
 
-UPPERCASE_MISSING = (
-    "可选迁移练习：新建 pi_course/uppercase.py，在其中定义名为 uppercase 的 Tool / "
-    "optional transfer: create pi_course/uppercase.py defining a Tool named `uppercase`"
-)
+
+def in_run_language(chinese: str, english: str) -> str:
+    """A line of this file's own in the run's language: the course's, or English under `--lang en`."""
+    return english if pi_course_i18n.wants_english() else chinese
 
 
 def load_uppercase() -> Tool[Any, Any]:
     """The learner's uppercase tool, or a skip that says which file to create."""
     if importlib.util.find_spec("pi_course.uppercase") is None:
-        pytest.skip(UPPERCASE_MISSING)
+        pytest.skip(
+            in_run_language(
+                "可选迁移练习：新建 pi_course/uppercase.py，在其中定义名为 uppercase 的 Tool",
+                "optional transfer: create pi_course/uppercase.py defining a Tool named `uppercase`",
+            )
+        )
     module = importlib.import_module("pi_course.uppercase")
     tool = getattr(module, "uppercase", None)
-    assert isinstance(tool, Tool), "pi_course/uppercase.py must define a Tool named `uppercase`"
+    assert isinstance(tool, Tool), in_run_language(
+        "pi_course/uppercase.py 必须定义一个名为 uppercase 的 Tool",
+        "pi_course/uppercase.py must define a Tool named `uppercase`",
+    )
     return tool
 
 
