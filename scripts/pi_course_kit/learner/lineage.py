@@ -147,6 +147,11 @@ def run(args: argparse.Namespace) -> int:
     course = manifest.load(course_manifest(args.course))
     checkpoint = course.checkpoint(args.checkpoint)
     dest = create_from(course, checkpoint, args.source, args.dir)
+    print(
+        _("your own {package} came from {source}: every test of checkpoint {parent} passes there").format(
+            package=course.package, source=args.source, parent=parent_checkpoint(course, checkpoint).id
+        )
+    )
     replaced = replaced_files(dest)
     if replaced:
         print(
