@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -263,3 +264,29 @@ def test_a_record_stream_reads_back_typed_and_garbage_is_dropped(starter_run: Ru
     ]
     assert report.next is not None and report.next.lab == "1.1" and report.next.status == Status.NOT_STARTED
     assert not RunReport.read(lines[:-1]).finished
+
+
+@pytest.mark.parametrize(
+    ("language", "expected"),
+    [
+        ("zh_CN", ["第 1 项不同：2 != 5", "左边多一项：4"]),
+        ("en", ["At index 1 diff: 2 != 5", "Left contains one more item: 4"]),
+    ],
+)
+def test_pytest_s_own_words_for_a_difference_come_in_the_run_s_language(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, language: str, expected: list[str]
+) -> None:
+    """Does a list difference read "第 1 项不同：…" in a Chinese run and as pytest wrote it in an English one?"""
+    tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, tmp_path / "tree")
+    marker = checkpoint.labs[0].marker
+    (tree / "tests" / "test_zz_difference.py").write_text(
+        f"import pytest\n\n\n@pytest.mark.{marker}\ndef test_lists() -> None:\n"
+        "    assert [1, 2, 3, 4] == [1, 5, 3]\n",
+        encoding="utf-8",
+    )
+    run = run_tests(
+        tree, ("-m", marker, "tests/test_zz_difference.py"), env={**os.environ, "PI_COURSE_LANG": language}
+    )
+    failed = [test for test in run.report.tests if test.outcome == "failed"]
+    assert len(failed) == 1
+    assert [line for line in expected if line in failed[0].diff] == expected, failed[0].diff

@@ -183,6 +183,35 @@ _NOISE = re.compile(
 )
 
 
+#: pytest's own words for a difference (the shapes of _pytest/assertion/util.py's explanations), each
+#: an English msgid with its fields: pytest has no translations, and a Chinese report must not switch
+#: to English in the middle of a line. The values themselves stay as pytest wrote them.
+_PYTEST_PHRASES = tuple(
+    (re.compile("^" + re.sub(r"\\{(\w+)\\}", r"(?P<\1>.*)", re.escape(msgid)) + "$"), msgid)
+    for msgid in (
+        "At index {index} diff: {values}",
+        "Left contains one more item: {item}",
+        "Right contains one more item: {item}",
+        "Left contains {count} more items, first extra item: {item}",
+        "Right contains {count} more items, first extra item: {item}",
+        "Differing items: {items}",
+        "Differing attributes: {names}",
+        "Extra items in the left set: {items}",
+        "Extra items in the right set: {items}",
+        "Left contains {count} more items: {items}",
+        "Right contains {count} more items: {items}",
+    )
+)
+
+
+def in_run_language(line: str) -> str:
+    """One of pytest's explanation lines in the run's language (unchanged when the run speaks English)."""
+    for pattern, msgid in _PYTEST_PHRASES:
+        if match := pattern.match(line):
+            return _(msgid).format(**match.groupdict())
+    return line
+
+
 def readable_diff(text: str, limit: int = 3, width: int = 160) -> list[str]:
     """The lines of pytest's assertion explanation that name what differs (a key, an attribute, a value)."""
     lines = [line.strip() for line in text.splitlines()]
@@ -208,6 +237,7 @@ def readable_diff(text: str, limit: int = 3, width: int = 160) -> list[str]:
             header = line
         elif " object at 0x" not in line:  # a default repr names a memory address, not the mistake
             picked.append(line)
+    picked = [in_run_language(line) for line in picked]
     picked = [line if len(line) <= width else line[: width - 1] + "…" for line in picked]
     first = lines[0] if lines[0].startswith("assert") else ""
     if first and (not picked or all(line.startswith("+") for line in picked)):
