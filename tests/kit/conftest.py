@@ -17,10 +17,11 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pi_course_kit.core import manifest
+from pi_course_kit.core import i18n, manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.grade import bwrap
 
@@ -29,6 +30,30 @@ os.environ.setdefault("PI_COURSE_LANG", "en")
 # Property tests in the practice folders these tests make run the grading profile (a fixed seed), not the
 # learner's quick random one: a kit test must not depend on the examples a run happens to draw.
 os.environ.setdefault("PI_COURSE_HYPOTHESIS", "grading")
+
+
+@pytest.fixture(autouse=True)
+def _each_test_starts_in_the_kit_tests_language() -> Iterator[None]:
+    """Undo a language switch after each test: `--lang` (and i18n.use) set the environment for good.
+
+    Without this, a test that ran the CLI in-process with `--lang zh_CN` left every later test of the
+    session speaking Chinese, and the results depended on the order the tests ran in.
+    """
+    saved = (os.environ.get(i18n.LANG_ENV), i18n.course_language())
+    yield
+    if saved[0] is None:
+        os.environ.pop(i18n.LANG_ENV, None)
+    else:
+        os.environ[i18n.LANG_ENV] = saved[0]
+    i18n.set_course_language(saved[1])
+
+
+@pytest.fixture
+def chinese(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test reads the Chinese text of the kit (the real course's language)."""
+    monkeypatch.setenv(i18n.LANG_ENV, "zh_CN")
+    i18n.use(None)
+
 
 REPO = Path(__file__).resolve().parents[2]
 #: The small course the engine and CLI tests run on.

@@ -12,7 +12,7 @@ from pi_course_kit.notebook.views import JsonView, Table
 from pi_course_kit.teaching.diagram import Stage, flow
 
 
-def test_short_json_is_shown_open_and_long_json_collapsed() -> None:
+def test_short_json_is_shown_open_and_long_json_collapsed(chinese: None) -> None:
     """Is a short value a monospace <pre>, and a value longer than 12 lines a <details> saying how long it is?"""
     short = JsonView({"value": "Pi"})._repr_html_()
     assert short.startswith("<pre") and "monospace" in short and "<details>" not in short
@@ -34,7 +34,7 @@ def report(tests: list[dict[str, Any]]) -> CheckReport:
     return CheckReport("1.1", "python -m pytest -m lab1_1", "./pi_course", 1, labs, tests, None)
 
 
-def test_repeated_failure_messages_are_shown_once_with_their_count() -> None:
+def test_repeated_failure_messages_are_shown_once_with_their_count(chinese: None) -> None:
     """When many tests fail with the same message, does the report show it once with ×N, in Chinese?"""
     same = [
         {"nodeid": f"t::{i}", "outcome": "failed", "message": "Lab 1.1 not implemented: f"} for i in range(5)
@@ -42,7 +42,7 @@ def test_repeated_failure_messages_are_shown_once_with_their_count() -> None:
     other = [{"nodeid": "t::x", "outcome": "failed", "message": "other"}]
     text = str(report(same + other))
     assert "✗ ×5 Lab 1.1 not implemented: f" in text and "✗ ×1 other" in text
-    assert text.count("not implemented") == 1 and "Lab 1.1：0/6 not started" in text
+    assert text.count("not implemented") == 1 and "Lab 1.1：0/6 未开始" in text
 
 
 def test_check_tables_use_the_reports_status_words_in_the_course_language(

@@ -50,7 +50,7 @@ def test_reset_in_a_subpackage_file_adds_the_two_dot_import() -> None:
     assert "from typing import Literal\n\nfrom ..lab import LabNotImplemented\n" in restored
 
 
-def test_the_notebook_box_names_a_subpackage_file_with_its_folder() -> None:
+def test_the_notebook_box_names_a_subpackage_file_with_its_folder(chinese: None) -> None:
     """Does the one-line lab box point at `pi_course/survival/events.py:LINE`, not at the package alone?"""
 
     class LabNotImplemented(NotImplementedError):
