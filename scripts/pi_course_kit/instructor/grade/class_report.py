@@ -11,6 +11,7 @@ grading catalog, so the page speaks the course's language.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -329,8 +330,7 @@ def _failed(
             fragment(
                 el("br") if index else None,
                 el("a", name, href=f"#mutation-{name}") if version == INSTRUCTOR else el("code", name),
-                "：",
-                _description(checkpoint, name) if checkpoint else "",
+                texts.labelled("", _description(checkpoint, name) if checkpoint else ""),
             )
             for index, name in enumerate(names)
         ]
@@ -396,7 +396,9 @@ def render(
     instructor = version == INSTRUCTOR
     mark = _("instructor_mark") if instructor else _("class_mark")
     heading = f"{_('title')} · {course.title}"
-    statuses = "；".join(f"{texts.record_status(k)} {v}" for k, v in sorted(stats.statuses.items()))
+    statuses = texts.list_separator().join(
+        f"{texts.record_status(k)} {v}" for k, v in sorted(stats.statuses.items())
+    )
     failed, linked = _failed(course, checkpoint, records, mutations, version)
     body: list[Markup | None] = [
         el(
@@ -406,10 +408,12 @@ def render(
             role="note",
         ),
         el("h1", heading),
-        el("p", f"{texts.CHECKPOINT} {checkpoint.id}：{checkpoint.title}") if checkpoint else None,
+        el("p", texts.labelled(f"{texts.CHECKPOINT} {checkpoint.id}", checkpoint.title))
+        if checkpoint
+        else None,
         _cards(stats),
         el("p", _("counting", points=f"{stats.required_max:g}"), class_="note"),
-        el("p", f"{_('statuses')}：{statuses}") if statuses else None,
+        el("p", texts.labelled(_("statuses"), statuses)) if statuses else None,
         _section("distribution", _("distribution"), _distribution(stats)),
         _labs(stats),
         failed,
@@ -422,8 +426,9 @@ def render(
         el("meta", name="viewport", content="width=device-width, initial-scale=1"),
         # An instructor's page may end up on a web server by mistake: keep it out of search engines.
         el("meta", name="robots", content="noindex") if instructor else None,
-        el("title", f"{heading}（{mark}）"),
-        el("style", trusted(STYLE)),
+        el("title", heading + texts.bracketed(mark)),
+        # The stacked table's cell labels end with the language's colon (CSS content, a JSON-quoted string).
+        el("style", trusted(STYLE.replace('"："', json.dumps(texts.labelled("", ""), ensure_ascii=False)))),
     )
     # One line per section, so that the page's source reads (and diffs) section by section.
     lines = [part for section in body if section is not None for part in (section, Markup("\n"))]

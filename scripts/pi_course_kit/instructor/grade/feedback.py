@@ -46,10 +46,11 @@ def _number(value: float) -> str:
 def lab_lines(course: Course, record: LearnerRecord, row: LabPoints) -> list[str]:
     """One lab's Markdown lines: points, tests, status, and for an unfinished lab its first failing test."""
     lines = [
-        f"- {texts.POINTS}：{_number(row.points)} / {_number(row.max_points)}"
-        f"（{texts.credit_rule(row.credit)}）",
-        f"- {texts.TESTS}：{row.passed} / {row.total}",
-        f"- {texts.STATUS}：{texts.lab_status(row.status, row.blocked_by)}",
+        "- "
+        + texts.labelled(texts.POINTS, f"{_number(row.points)} / {_number(row.max_points)}")
+        + texts.bracketed(texts.credit_rule(row.credit)),
+        "- " + texts.labelled(texts.TESTS, f"{row.passed} / {row.total}"),
+        "- " + texts.labelled(texts.STATUS, texts.lab_status(row.status, row.blocked_by)),
     ]
     failing = first_failing(record, row.id)
     if record.checkpoint is None or failing is None or row.status == Status.DONE:
@@ -60,9 +61,9 @@ def lab_lines(course: Course, record: LearnerRecord, row: LabPoints) -> list[str
     hint = lab.hints[0] if row.status == Status.NOT_STARTED or len(lab.hints) < 2 else lab.hints[1]
     return [
         *lines,
-        f"- {texts.FIRST_FAILING}：`{failing}`",
-        f"  - {texts.QUESTION}：{asked}",
-        f"  - {texts.HINT}：{hint}",
+        "- " + texts.labelled(texts.FIRST_FAILING, f"`{failing}`"),
+        "  - " + texts.labelled(texts.QUESTION, asked),
+        "  - " + texts.labelled(texts.HINT, hint),
     ]
 
 
@@ -70,23 +71,24 @@ def render(course: Course, record: LearnerRecord, points: Points | None = None) 
     """The feedback page of one learner as Markdown."""
     points = points or points_of(course, record)
     lines = [
-        f"# {texts.FEEDBACK_TITLE}：{record.learner}",
+        "# " + texts.labelled(texts.FEEDBACK_TITLE, record.learner),
         "",
-        f"- {texts.CHECKPOINT}：{record.checkpoint or '—'}",
-        f"- {texts.STATUS}：{texts.record_status(record.status)}",
-        f"- {texts.TOTAL}：**{_number(points.points)} / {_number(points.max_points)}**"
+        "- " + texts.labelled(texts.CHECKPOINT, record.checkpoint or "—"),
+        "- " + texts.labelled(texts.STATUS, texts.record_status(record.status)),
+        "- "
+        + texts.labelled(texts.TOTAL, f"**{_number(points.points)} / {_number(points.max_points)}**")
         + (
-            f"（{texts.EXTRA} {_number(points.extra)} / {_number(points.max_extra)}）"
+            texts.bracketed(f"{texts.EXTRA} {_number(points.extra)} / {_number(points.max_extra)}")
             if points.max_extra
             else ""
         ),
     ]
     if record.message:
-        lines.append(f"- {texts.MESSAGE}：{record.message}")
+        lines.append("- " + texts.labelled(texts.MESSAGE, record.message))
     if record.tests_edited:
         lines += ["", f"> {texts.EDITED_TESTS}"]
     for row in points.labs:
-        optional = f"（{texts.OPTIONAL}）" if row.optional else ""
+        optional = texts.bracketed(texts.OPTIONAL) if row.optional else ""
         lines += ["", f"## Lab {row.id} {row.title}{optional}", "", *lab_lines(course, record, row)]
     if record.status == COMPLETE:
         lines += ["", texts.ALL_DONE]

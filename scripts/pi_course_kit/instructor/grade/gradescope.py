@@ -198,7 +198,7 @@ def results_for(course: Course, record: LearnerRecord) -> dict[str, Any]:
     points = points_of(course, record)
     tests = []
     for number, row in enumerate(points.labs, 1):
-        extra = f"（{texts.OPTIONAL}）" if row.optional else ""
+        extra = texts.bracketed(texts.OPTIONAL) if row.optional else ""
         test: dict[str, Any] = {
             "name": f"Lab {row.id} {row.title}{extra}",
             "number": str(number),
@@ -239,13 +239,9 @@ def grade(root: Path, course: Course, checkpoint_id: str, limits: Limits) -> tup
         try:
             submission = prepare(root / "submission", course, checkpoint, Path(work))
         except copying.Refused as error:
-            return not_graded(f"上传的文件无法安全读取（the upload cannot be read safely）：{error}"), True
+            return not_graded(texts.labelled(texts.UNREADABLE_UPLOAD, error)), True
         if submission is None:
-            message = (
-                f"没有找到 {course.package}/ 文件夹或 .py 文件：请把练习文件夹里的 {course.package}/ 整个上传"
-                f"（No {course.package}/ folder or .py file was found; upload your {course.package}/ folder.）"
-            )
-            return not_graded(message), True
+            return not_graded(texts.no_package(course.package)), True
         from pi_course_kit.instructor.grade.grader import Grader
 
         grader = Grader(course, limits, 1, checkpoint_id)
@@ -255,7 +251,7 @@ def grade(root: Path, course: Course, checkpoint_id: str, limits: Limits) -> tup
             grader.close()
     record.learner = "submission"
     if record.status in (SKIPPED, SANDBOX_ERROR):
-        return not_graded(f"{texts.record_status(record.status)}：{record.message}"), False
+        return not_graded(texts.labelled(texts.record_status(record.status), record.message)), False
     return results_for(course, record), True
 
 

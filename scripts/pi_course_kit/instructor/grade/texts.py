@@ -74,6 +74,7 @@ _WORDS = {
     "so your changes do not affect the result.",
     "ALL_DONE": "Every required lab is done.",
     "NO_DOCSTRING": "(this test has no description)",
+    "UNREADABLE_UPLOAD": "the upload cannot be read safely",
 }
 
 
@@ -106,6 +107,28 @@ def credit_rule(rule: str) -> str:
     return _(_CREDIT_RULE[rule]) if rule in _CREDIT_RULE else rule
 
 
+def labelled(label: str, value: object) -> str:
+    """`label: value`, punctuated as the grading language writes it (a full-width colon in Chinese)."""
+    return _("{label}: {value}").format(label=label, value=value)
+
+
+def bracketed(text: object) -> str:
+    """` (text)` after a word, punctuated as the grading language writes it (full-width brackets in Chinese)."""
+    return _(" ({text})").format(text=text)
+
+
+def list_separator() -> str:
+    """What separates the items of a run-in list in the grading language (a full-width semicolon in Chinese)."""
+    return _("; ")
+
+
+def no_package(package: str) -> str:
+    """What a Gradescope upload without the learner's package is told."""
+    return _(
+        "no {package}/ folder or .py file was found: upload the whole {package}/ of your practice folder"
+    ).format(package=package)
+
+
 def msgids() -> list[str]:
     """Every msgid this module looks up (the catalog must translate each)."""
     return [
@@ -114,4 +137,8 @@ def msgids() -> list[str]:
         *_CREDIT_RULE.values(),
         *_WORDS.values(),
         "blocked by Lab {lab} (finish it first)",
+        "{label}: {value}",
+        " ({text})",
+        "; ",
+        "no {package}/ folder or .py file was found: upload the whole {package}/ of your practice folder",
     ]
