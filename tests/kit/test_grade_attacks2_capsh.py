@@ -15,12 +15,14 @@ import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 from conftest import FX, REPO
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.grade import bwrap
+from pi_course_kit.instructor.grade.gradescope import ROOT_ENV, validate
 from test_grade import TEACHING, make_learner
 from test_grade_attacks2_sandbox import interpreter_reachable
 
@@ -98,3 +100,37 @@ def test_root_without_cap_sys_admin_grades_a_complete_learner_in_full(
     assert (first["status"], first["message"], first["sandbox"]) == ("complete", "", "bwrap")
     assert first["passed"] == first["total"] > 0
     assert (records["starter"]["status"], records["starter"]["passed"]) == ("not started", 0)
+
+
+def test_the_gradescope_bundle_grades_a_complete_learner_in_full_without_cap_sys_admin(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Run as Gradescope runs it, as root without CAP_SYS_ADMIN, does the bundle give a complete upload every point?"""
+    bundle = tmp_path / "autograder.zip"
+    export = [sys.executable, "-c", GRADE, "export", "gradescope", checkpoint.id, "-o", str(bundle), *FX]
+    assert subprocess.run(export, capture_output=True, text=True, timeout=300).returncode == 0
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(bundle) as archive:
+        archive.extractall(root / "source")
+    shutil.copyfile(root / "source/run_autograder", root / "run_autograder")
+    shutil.copytree(course.root / checkpoint.solution / course.package, root / "submission" / course.package)
+    # Full points also prove that the learner's code ran with no uid 0 and no capability.
+    tool = root / "submission" / TEACHING
+    tool.write_text(tool.read_text(encoding="utf-8") + NO_PRIVILEGE, encoding="utf-8")
+    (tmp_path / "ns").mkdir()
+    done = without_sys_admin(
+        [
+            "env",
+            f"{ROOT_ENV}={root}",
+            f"PI_COURSE_PYTHON={sys.executable}",
+            "bash",
+            str(root / "run_autograder"),
+        ],
+        tmp_path / "ns",
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((root / "results/results.json").read_text(encoding="utf-8"))
+    validate(results)
+    # The solution's package holds the optional exercise too: every required point, and the extra credit.
+    assert results["score"] == sum(lab.points for lab in checkpoint.labs) > 0
+    assert [test.get("status") for test in results["tests"]] == ["passed"] * len(checkpoint.labs)
