@@ -751,31 +751,30 @@ def all_done_text(kind: str = "labs") -> str:
     return _("next: every required lab is done. Move on to the next checkpoint.")
 
 
-def step_lines(step: dict[str, Any] | None, all_done_label: str | None = None) -> list[str]:
+def step_lines(step: NextStep | None, all_done_label: str | None = None) -> list[str]:
     """The next-step lines under the table: what, the test's question and difference, edit, run."""
     if step is None:
         return [all_done_label or all_done_text()]
-    if step.get("unchecked"):
+    if step.unchecked:
         return [
-            _("next: {what}").format(what=step["what"]),
-            _("  run:  {command}").format(command=step["command"]),
+            _("next: {what}").format(what=step.what),
+            _("  run:  {command}").format(command=step.command),
         ]
     lines = []
-    if step.get("optional"):
+    if step.optional:
         lines.append(_("every required lab is done; if you like, try the optional exercise:"))
-    label = _("optional") if step.get("optional") else _("next")
-    status = status_text(step["status"])
+    label = _("optional") if step.optional else _("next")
     lines.append(
         _("{label}: Lab {lab} ({status}) — {what}").format(
-            label=label, lab=step["lab"], status=status, what=step["what"]
+            label=label, lab=step.lab, status=status_text(step.status), what=step.what
         )
     )
-    for line in step.get("diff") or []:
+    for line in step.diff:
         lines.append(_("  diff: {line}").format(line=line))
-    if step.get("location"):
-        function = f" ({step['function']})" if step.get("function") else ""
-        lines.append(_("  edit: {where}").format(where=f"{step['location']}{function}"))
-    lines.append(_("  run:  {command}").format(command=step["command"]))
+    if step.location:
+        function = f" ({step.function})" if step.function else ""
+        lines.append(_("  edit: {where}").format(where=f"{step.location}{function}"))
+    lines.append(_("  run:  {command}").format(command=step.command))
     return lines
 
 
@@ -799,7 +798,7 @@ def table_lines(rows: list[LabSummary]) -> list[str]:
 
 
 def render(
-    rows: list[LabSummary], step: dict[str, Any] | None, stopped_early: bool = False, kind: str = "labs"
+    rows: list[LabSummary], step: NextStep | None, stopped_early: bool = False, kind: str = "labs"
 ) -> list[str]:
     """The report as plain text lines: the table, a note for an early stop, then the next step."""
     lines = table_lines(rows)

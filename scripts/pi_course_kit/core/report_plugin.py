@@ -28,6 +28,7 @@ from pi_course_i18n import _
 from pi_course_records import (
     LAB_MARKER,
     CollectError,
+    NextStep,
     TestRecord,
     edit_target,
     function_at,
@@ -732,7 +733,8 @@ class ReportPlugin:
         stubbed = stubbed_labs(self.root, PACKAGE, self.labs)
         step = next_step(rows, self.labs, recorded, entries, stubbed)
         stopped = any(row.collected > row.total for row in rows)
-        for line in render(rows, step, stopped, str(self.config.getini("pi_course_kind") or "labs")):
+        shown = NextStep.from_json(step) if step is not None else None
+        for line in render(rows, shown, stopped, str(self.config.getini("pi_course_kind") or "labs")):
             write(line)
         write_progress(self.root, rows, PACKAGE, self.labs)
         self._emit_line(summary_line(rows, step, len(self.collect_errors), stopped))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import signal
 import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from pi_course_kit.core import manifest, records
 from pi_course_kit.core.errors import KitError
@@ -102,12 +102,13 @@ def explain(folder: PracticeFolder, result: RunResult, elapsed: float) -> tuple[
     """Lines before and after the per-lab table: problems first, then the next step."""
     before: list[str] = []
     after: list[str] = []
-    for error in result.collect_errors:
-        where = short(folder, error.get("location")) or error.get("nodeid") or "tests"
-        lab = _(" (in Lab {lab})").format(lab=error["lab"]) if error.get("lab") else ""
+    report = result.report
+    for error in report.collect_errors:
+        where = short(folder, error.location) or error.nodeid or "tests"
+        lab = _(" (in Lab {lab})").format(lab=error.lab) if error.lab else ""
         before.append(
             _("cannot import your code: {where}{lab}: {message}").format(
-                where=where, lab=lab, message=error.get("message")
+                where=where, lab=lab, message=error.message
             )
         )
         before.append(_("  fix that line first; no lab can run until the package imports"))
@@ -131,28 +132,28 @@ def explain(folder: PracticeFolder, result: RunResult, elapsed: float) -> tuple[
         return before, after
     if result.crashed or result.collect_errors:
         return before, after
-    if any(int(row.get("collected") or 0) > int(row["total"]) for row in result.labs):
+    if any(row.collected > row.total for row in report.labs):
         after.append(
             _("the run stopped early (-x or --maxfail): the counts above are only the tests that ran")
         )
-    step = result.next_step
-    if step is not None and step.get("location"):
-        step = {**step, "location": short(folder, step["location"])}
+    step = report.next
+    if step is not None and step.location:
+        step = dataclasses.replace(step, location=short(folder, step.location))
     lines = records.step_lines(step, records.all_done_text(str(folder.meta.get("kind") or "labs")))
-    if step is not None and step.get("unchecked"):
+    if step is not None and step.unchecked:
         # Nothing is known to be unfinished: a whole run settles it, no lab to edit or hint for.
         lines[-1] += _("   (or: pi-course check)")
     elif step is not None:
         lines = [line.replace('"', "") for line in lines]
-        lines[-1] += _("   (or: pi-course check --lab {lab})").format(lab=step["lab"])
-        lines.append(_("  stuck? pi-course hint {lab}").format(lab=step["lab"]))
+        lines[-1] += _("   (or: pi-course check --lab {lab})").format(lab=step.lab)
+        lines.append(_("  stuck? pi-course hint {lab}").format(lab=step.lab))
     return before, after + lines
 
 
 def render(folder: PracticeFolder, result: RunResult, elapsed: float, title: str) -> None:
     """Print the table and the next step: with rich on a terminal, plain text otherwise."""
     before, after = explain(folder, result, elapsed)
-    rows = result.labs
+    rows = result.report.labs
     if sys.stdout.isatty():
         try:
             _render_rich(title, before, rows, after)
@@ -163,22 +164,20 @@ def render(folder: PracticeFolder, result: RunResult, elapsed: float, title: str
     for line in before:
         print(line)
     if rows:
-        print("\n".join(records.table_lines([records.LabSummary.from_json(row) for row in rows])))
+        print("\n".join(records.table_lines(rows)))
     for line in after:
         print(line)
 
 
-def _count(row: dict[str, Any]) -> str:
-    return records.count_text(
-        int(row["passed"]), int(row["total"]), int(row.get("collected") or row["total"])
-    )
+def _count(row: records.LabSummary) -> str:
+    return records.count_text(row.passed, row.total, row.collected or row.total)
 
 
-def _status(row: dict[str, Any]) -> str:
-    return records.status_text(str(row["status"]), row.get("blocked_by"), bool(row.get("optional")))
+def _status(row: records.LabSummary) -> str:
+    return records.status_text(row.status, row.blocked_by, row.optional)
 
 
-def _render_rich(title: str, before: list[str], rows: list[dict[str, Any]], after: list[str]) -> None:
+def _render_rich(title: str, before: list[str], rows: list[records.LabSummary], after: list[str]) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -198,8 +197,8 @@ def _render_rich(title: str, before: list[str], rows: list[dict[str, Any]], afte
         ):
             table.add_column(name, justify=justify)  # type: ignore[arg-type]
         for row in rows:
-            style = STATUS_STYLE.get(str(row["status"]), "")
-            table.add_row(str(row["id"]), _count(row), Text(_status(row), style=style), str(row["title"]))
+            style = STATUS_STYLE.get(row.status, "")
+            table.add_row(row.id, _count(row), Text(_status(row), style=style), row.title)
         console.print(table)
     for line in after:
         console.print(Text(line, style="bold cyan" if not line.startswith(" ") else ""))
@@ -230,8 +229,8 @@ def run_once(folder: PracticeFolder, args: list[str], verbose: bool, header: str
     )
     title += header
     render(folder, result, elapsed, title)
-    if result.next_step is not None:
-        lab = result.next_step["lab"]
+    if result.report.next is not None:
+        lab = result.report.next.lab
         with contextlib.suppress(OSError, KitError):  # a read-only folder can still be checked
             folder.update(lambda meta: meta.__setitem__("last_next_lab", lab))
     return result
@@ -241,7 +240,7 @@ def passed(result: RunResult) -> bool:
     """Did every selected required lab pass, with nothing broken?"""
     if result.crashed or result.collect_errors or not result.tests:
         return False
-    return all(row["status"] == records.DONE for row in result.labs if not row.get("optional"))
+    return all(row.status == records.DONE for row in result.report.labs if not row.optional)
 
 
 def _stop_on_term(_signum: int, _frame: FrameType | None) -> None:

@@ -38,12 +38,13 @@ def current_lab(folder: PracticeFolder) -> tuple[dict[str, object] | None, RunRe
     require_test_files(folder)
     result = run_tests(folder.root, ("--tb=no",), timeout=RUN_TIMEOUT)
     labs = {str(lab["id"]): lab for lab in folder.meta.get("labs", []) if isinstance(lab, dict)}
-    step = result.next_step
+    report = result.report
+    step = report.next
     if step is not None:
-        return labs.get(str(step["lab"]), {"id": step["lab"], "title": step["title"]}), result
-    if result.collect_errors or result.crashed or not result.tests:
+        return labs.get(step.lab, {"id": step.lab, "title": step.title}), result
+    if report.collect_errors or result.crashed or not report.tests:
         # The run never got to name a lab: stay with the lab that owns the broken line, or the first.
-        owner = result.collect_errors[0].get("lab") if result.collect_errors else None
+        owner = report.collect_errors[0].lab if report.collect_errors else None
         first = next(iter(labs.values()), None)
         return labs.get(str(owner), first), result
     return None, result
@@ -56,23 +57,22 @@ def show(folder: PracticeFolder, lab: dict[str, object] | None, result: RunResul
     if lab is None:
         print(_("every lab is done: well done! (q quits)"), flush=True)
         return
-    row = next((row for row in result.labs if row["id"] == lab["id"]), None)
-    count = f"{row['passed']}/{row['total']}" if row else "0/0"
+    report = result.report
+    row = next((row for row in report.labs if row.id == lab["id"]), None)
+    count = f"{row.passed}/{row.total}" if row else "0/0"
     # The report's title speaks the run's language (an English title where the course gives one).
-    title = row["title"] if row else lab["title"]
+    title = row.title if row else lab["title"]
     print(f"Lab {lab['id']} · {title}  ({count})")
-    for error in result.collect_errors:
-        where = short(folder, error.get("location")) or error.get("nodeid")
-        print(
-            _("cannot import your code: {where}: {message}").format(where=where, message=error.get("message"))
-        )
-    step = result.next_step
-    if step is not None and not result.collect_errors:
+    for error in report.collect_errors:
+        where = short(folder, error.location) or error.nodeid
+        print(_("cannot import your code: {where}: {message}").format(where=where, message=error.message))
+    step = report.next
+    if step is not None and not report.collect_errors:
         # A lab merely unchecked since an edit is no red: the step says which labs to re-run.
-        shown = _("next: {what}") if step.get("unchecked") else _("red: {what}")
-        print(shown.format(what=step.get("what", "")))
-        if step.get("location"):
-            print(_("edit: {where}").format(where=short(folder, str(step["location"]))))
+        shown = _("next: {what}") if step.unchecked else _("red: {what}")
+        print(shown.format(what=step.what))
+        if step.location:
+            print(_("edit: {where}").format(where=short(folder, step.location)))
     print(_("hint: pi-course hint {lab}").format(lab=lab["id"]))
     print(
         _("keys: h hint · l list · r reset this lab · q quit   (saving a file re-runs the lab)"), flush=True
