@@ -142,25 +142,24 @@ def run_mutation(
             raise MutationError(f"mutation {mutation.name!r}: {mutation.file} is not in the staged tree")
         target.write_text(mutate_source(target.read_text(encoding="utf-8"), mutation), encoding="utf-8")
         # The plugin's records carry each failure's message; pytest's own tracebacks would only cost time.
-        result = None
-        lab = mutation_lab(course, checkpoint, mutation) if stop_first else None
-        markers = [known.marker for known in checkpoint.labs if known.id == lab]
-        if markers:
+        narrower: list[tuple[str, ...]] = []
+        if stop_first:
             # The mutated lab's own tests first: they are the ones meant to catch it, and a run of one
             # marker collects only the test files that use it (the report plugin skips the others).
-            result = run_tests(tree, ("--tb=no", "-x", "-m", markers[0]), timeout=timeout)
-            if not (_failed(result) or result.collect_errors or result.crashed):
-                result = None
-        if result is None and stop_first and checkpoint.tree_tests != checkpoint.focused_tests:
-            # The checkpoint's own tests alone first: a change to its own solution is what they test, so
-            # the run need not pass every parent's test before it gets to them. Only a mutation they miss
-            # costs a second run, of the whole lineage.
-            own = [f"{TESTS_DIR}/{Path(relative).name}" for relative in checkpoint.focused_tests]
-            result = run_tests(tree, ("--tb=no", "-x", *own), timeout=timeout)
-            if not (_failed(result) or result.collect_errors or result.crashed):
-                result = None
-        if result is None:
-            result = run_tests(tree, ("--tb=no", "-x") if stop_first else ("--tb=no",), timeout=timeout)
+            lab = mutation_lab(course, checkpoint, mutation)
+            narrower += [("-m", known.marker) for known in checkpoint.labs if known.id == lab][:1]
+            if checkpoint.tree_tests != checkpoint.focused_tests:
+                # Then the checkpoint's own tests alone: a change to its own solution is what they test,
+                # so the run need not pass every parent's test before it gets to them. Only a mutation
+                # they miss costs a run of the whole lineage.
+                narrower.append(
+                    tuple(f"{TESTS_DIR}/{Path(relative).name}" for relative in checkpoint.focused_tests)
+                )
+        for selection in narrower:
+            result = run_tests(tree, ("--tb=no", "-x", *selection), timeout=timeout)
+            if _failed(result) or result.collect_errors or result.crashed:
+                return MutationRun(mutation, result, _failed(result))
+        result = run_tests(tree, ("--tb=no", "-x") if stop_first else ("--tb=no",), timeout=timeout)
     return MutationRun(mutation, result, _failed(result))
 
 
