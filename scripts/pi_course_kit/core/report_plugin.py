@@ -378,7 +378,7 @@ class ReportPlugin:
         A later checkpoint's folder holds every earlier checkpoint's tests; importing them all only to
         deselect them made each lab run slower as the course went on. pytest has no "collect only
         what -m can select" option, so the module's text is searched for the marker, which is how
-        the focused tests write it (`pytest.mark.lab6_1`).
+        the focused tests write it (`pytest.mark.labN_x`).
         """
         names = _marker_names(str(config.getoption("markexpr", "") or ""))
         if not names or not collection_path.name.startswith("test_") or collection_path.suffix != ".py":
