@@ -110,7 +110,13 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """The top-level parser; only the chosen command's module is imported."""
     parser = OneLineParser(prog="pi-course", description=i18n._("pi-course teaching kit"))
-    parser.add_argument("--version", action="version", version=f"pi-course {__version__}")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"pi-course {__version__}",
+        # argparse fixes this default at import time, before the run's catalog is chosen.
+        help=i18n._("show program's version number and exit"),
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     for name, (_, summary) in COMMANDS.items():

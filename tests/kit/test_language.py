@@ -182,6 +182,30 @@ def test_the_chinese_course_with_no_language_named_prints_no_english_line(
     assert _offending(outputs, english_line) == []
 
 
+#: Every command the kit has, learner's and instructor's: each one's --help is a page a person reads.
+ALL_COMMANDS = (
+    "practice", "checkpoint", "check", "watch", "hint", "reset", "status",
+    "build-labs", "diff", "diagnose", "verify", "grade", "export", "nbrun",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(("language", "judge"), [(None, english_line), ("en_US.UTF-8", chinese_line)])
+def test_every_commands_help_speaks_the_runs_one_language(
+    real_course: Course, tmp_path: Path, language: str | None, judge: object
+) -> None:
+    """Do `pi-course --help` and every command's --help, instructor's too, speak only the run's language?"""
+    outputs = {"--help": _run(["--help"], tmp_path, language)}
+    for command in ALL_COMMANDS:
+        outputs[f"{command} --help"] = _run([command, "--help"], tmp_path, language)
+    assert all("--help" in text for text in outputs.values())  # each page really printed
+    # A command's name on a line of its own (argparse wraps a long one) is code, not prose.
+    pages = {
+        page: "\n".join(line for line in text.splitlines() if line.strip() not in ALL_COMMANDS)
+        for page, text in outputs.items()
+    }
+    assert _offending(pages, judge) == []
+
+
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_lang_is_taken_before_or_after_the_command(real_course: Course, tmp_path: Path, where: str) -> None:
     """Does `--lang en` switch a usage error to English whether it comes before or after the command?"""

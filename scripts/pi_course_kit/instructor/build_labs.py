@@ -10,6 +10,7 @@ import argparse
 import shutil
 
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.regions import LabMarkerError, lab_import, strip_solution
 from pi_course_kit.instructor.options import add_manifest_option, checkpoints, load_course
@@ -95,11 +96,16 @@ def build(course: Course, checkpoint: Checkpoint) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the optional checkpoint, `--check` and the manifest option."""
-    parser.add_argument("checkpoint", nargs="?", help="only this checkpoint (default: every checkpoint)")
+    parser.add_argument(
+        "checkpoint",
+        nargs="?",
+        metavar="CHECKPOINT",
+        help=_("only this checkpoint (default: every checkpoint)"),
+    )
     parser.add_argument(
         "--check",
         action="store_true",
-        help="write nothing; exit 1 listing the stale starter and inherited files",
+        help=_("write nothing; exit 1 listing the stale starter and inherited files"),
     )
     add_manifest_option(parser)
 

@@ -6,6 +6,7 @@ import argparse
 
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import find_root
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import ManifestError
 from pi_course_kit.instructor.mutate import MutationError, mutation_diff, mutation_lab, run_mutation
 from pi_course_kit.instructor.options import add_manifest_option, load_course
@@ -13,13 +14,17 @@ from pi_course_kit.instructor.options import add_manifest_option, load_course
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the checkpoint and the optional mutation name."""
-    parser.add_argument("checkpoint", help="checkpoint id, e.g. 06")
-    parser.add_argument("mutation", nargs="?", help="mutation name; omit it to list the mutations")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds for the test run (default 300)")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help=_("checkpoint id, e.g. 06"))
+    parser.add_argument(
+        "mutation", nargs="?", metavar="MUTATION", help=_("mutation name; omit it to list the mutations")
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help=_("seconds for the test run (default 300)")
+    )
     parser.add_argument(
         "--show-solution",
         action="store_true",
-        help="inside a practice folder, show the mutation anyway (its diff shows solution code)",
+        help=_("inside a practice folder, show the mutation anyway (its diff shows solution code)"),
     )
     add_manifest_option(parser)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pi_course_kit
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import replace_file
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.grade import classroom, gradescope
 from pi_course_kit.instructor.options import add_manifest_option, load_course
@@ -64,22 +65,26 @@ exec "$python" -m pi_course_kit.instructor.grade.gradescope --checkpoint {checkp
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the target, the checkpoint and the output."""
-    parser.add_argument("target", choices=("gradescope", "classroom"), help="where the grades go")
-    parser.add_argument("checkpoint", help="checkpoint id, e.g. 06")
+    parser.add_argument("target", choices=("gradescope", "classroom"), help=_("where the grades go"))
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help=_("checkpoint id, e.g. 06"))
     parser.add_argument(
         "-o",
         "--output",
         type=Path,
         required=True,
         metavar="OUT",
-        help="gradescope: the zip to write; classroom: the learner's repository (gets .github/workflows/classroom.yml)",
+        help=_(
+            "gradescope: the zip to write; classroom: the learner's repository (gets .github/workflows/classroom.yml)"
+        ),
     )
     parser.add_argument(
         "--kit",
         default=None,
         metavar="WHEEL|GIT-URL@COMMIT",
-        help="classroom: the kit the workflow installs: a wheel file (bundled, checked by sha256) or "
-        "git+https://HOST/YOU/REPO.git@COMMIT (a full commit hash)",
+        help=_(
+            "classroom: the kit the workflow installs: a wheel file (bundled, checked by sha256) or "
+            "git+https://HOST/YOU/REPO.git@COMMIT (a full commit hash)"
+        ),
     )
     add_manifest_option(parser)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pi_course_kit
 from pi_course_kit.core.files import write_text_atomically
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor import promises as checks
 from pi_course_kit.instructor.grade.mutation_map import default_cache
@@ -271,21 +272,28 @@ def verify(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the optional checkpoint, --check, --jobs and the manifest option."""
-    parser.add_argument("checkpoint", nargs="?", help="only this checkpoint (default: every checkpoint)")
+    parser.add_argument(
+        "checkpoint",
+        nargs="?",
+        metavar="CHECKPOINT",
+        help=_("only this checkpoint (default: every checkpoint)"),
+    )
     parser.add_argument(
         "--check",
         action="append",
         choices=CHECKS,
         metavar="NAME",
-        help=f"run only this check (repeatable): {', '.join(CHECKS)}",
+        help=_("run only this check (repeatable): {checks}").format(
+            checks=", ".join(f"`{c}`" for c in CHECKS)
+        ),
     )
     parser.add_argument(
-        "--jobs", type=int, default=None, help="checks run in parallel (default: one per usable CPU)"
+        "--jobs", type=int, default=None, help=_("checks run in parallel (default: one per usable CPU)")
     )
     parser.add_argument(
         "--no-cache",
         action="store_true",
-        help="run every check, even one that passed before on exactly the same inputs",
+        help=_("run every check, even one that passed before on exactly the same inputs"),
     )
     add_manifest_option(parser)
 

@@ -24,7 +24,7 @@ from nbformat import NotebookNode
 
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import replace_file
-from pi_course_kit.core.i18n import LANG_ENV
+from pi_course_kit.core.i18n import LANG_ENV, _
 from pi_course_kit.notebook.helpers import TREE_ENV
 from pi_course_kit.notebook.tree import course_of
 
@@ -264,14 +264,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare --refresh, --check-fresh or --errors, the notebooks, and --tree."""
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument(
-        "--refresh", action="store_true", help="re-run against the solution and store outputs"
+        "--refresh", action="store_true", help=_("re-run against the solution and store outputs")
     )
-    action.add_argument("--check-fresh", action="store_true", help="fail when stored outputs are stale")
-    action.add_argument("--errors", action="store_true", help="run against --tree and list offending cells")
+    action.add_argument("--check-fresh", action="store_true", help=_("fail when stored outputs are stale"))
+    action.add_argument(
+        "--errors", action="store_true", help=_("run against --tree and list offending cells")
+    )
     parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK")
-    parser.add_argument("--tree", type=Path, help="folder holding the course's package (with --errors)")
-    parser.add_argument("--allow-lab-errors", action="store_true", help="LabNotImplemented is expected")
-    parser.add_argument("--timeout", type=float, default=120, help="seconds per cell (default 120)")
+    parser.add_argument("--tree", type=Path, help=_("folder holding the course's package (with --errors)"))
+    parser.add_argument("--allow-lab-errors", action="store_true", help=_("LabNotImplemented is expected"))
+    parser.add_argument("--timeout", type=float, default=120, help=_("seconds per cell (default 120)"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from rich.cells import cell_len
 
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Course
 from pi_course_kit.core.records import clean
@@ -58,84 +59,92 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         type=Path,
         metavar="DIR",
-        help="submissions to grade: practice folders, or folders holding pi_course/ (with --checkpoint); "
-        "or `merge SHARD.jsonl...` to join shards",
+        help=_(
+            "submissions to grade: practice folders, or folders holding pi_course/ (with --checkpoint); "
+            "or `merge SHARD.jsonl...` to join shards"
+        ),
     )
-    who = parser.add_argument_group("learner ids (never a bare folder name)")
+    who = parser.add_argument_group(_("learner ids (never a bare folder name)"))
     who.add_argument(
         "--roster",
         type=Path,
         metavar="FILE",
-        help="CSV with columns learner,submission (any case, `,` or `;`); a bad row is kept, with why",
+        help=_("CSV with columns learner,submission (any case, `,` or `;`); a bad row is kept, with why"),
     )
     who.add_argument(
         "--submissions-root",
         type=Path,
         metavar="DIR",
-        help="ids are the paths below DIR; without DIRs, every folder below DIR gets a row",
+        help=_("ids are the paths below DIR; without DIRs, every folder below DIR gets a row"),
     )
-    out = parser.add_argument_group("outputs")
-    out.add_argument("--json", type=Path, metavar="FILE", help="one JSON record per learner (JSON Lines)")
+    out = parser.add_argument_group(_("outputs"))
+    out.add_argument("--json", type=Path, metavar="FILE", help=_("one JSON record per learner (JSON Lines)"))
     out.add_argument(
-        "-o", "--output", type=Path, metavar="FILE", help="merge: the joined JSON Lines gradebook"
+        "-o", "--output", type=Path, metavar="FILE", help=_("merge: the joined JSON Lines gradebook")
     )
-    out.add_argument("--csv", type=Path, metavar="FILE", help="one CSV row per learner, with points")
-    out.add_argument("--junit", type=Path, metavar="FILE", help="JUnit XML: one testsuite per learner")
-    out.add_argument("--feedback", type=Path, metavar="DIR", help="one Markdown feedback file per learner")
+    out.add_argument("--csv", type=Path, metavar="FILE", help=_("one CSV row per learner, with points"))
+    out.add_argument("--junit", type=Path, metavar="FILE", help=_("JUnit XML: one testsuite per learner"))
+    out.add_argument("--feedback", type=Path, metavar="DIR", help=_("one Markdown feedback file per learner"))
     out.add_argument(
         "--report",
         type=Path,
         metavar="FILE",
-        help="the instructor's class report (one static HTML page, with scores and solution diffs: do not share)",
+        help=_(
+            "the instructor's class report (one static HTML page, with scores and solution diffs: do not share)"
+        ),
     )
     out.add_argument(
         "--class-report",
         type=Path,
         metavar="FILE",
-        help="the class version of the report: no solution code, no learner's name or score; safe to post",
+        help=_("the class version of the report: no solution code, no learner's name or score; safe to post"),
     )
     out.add_argument(
         "--classroom",
         type=Path,
         metavar="FILE",
-        help="GitHub Classroom: the grading reporter's result for this one repository (needs --checkpoint)",
+        help=_(
+            "GitHub Classroom: the grading reporter's result for this one repository (needs --checkpoint)"
+        ),
     )
     out.add_argument(
         "--mutation-cache",
         type=Path,
         metavar="DIR",
-        help="where the test -> mutation map is cached (default: ~/.cache/pi-course)",
+        help=_("where the test -> mutation map is cached (default: ~/.cache/pi-course)"),
     )
-    out.add_argument("--no-mutations", action="store_true", help="class report without the mutation links")
+    out.add_argument("--no-mutations", action="store_true", help=_("class report without the mutation links"))
     parser.add_argument(
-        "--shard", metavar="K/N", help="grade only the K-th of N slices (sorted by learner id)"
+        "--shard", metavar="K/N", help=_("grade only the K-th of N slices (sorted by learner id)")
     )
     parser.add_argument(
         "--jobs",
         type=int,
         default=None,
-        help=f"folders graded at once, one sandbox each (default: the CPUs this process may use, here {cpus()})",
+        help=_(
+            "folders graded at once, one sandbox each (default: the CPUs this process may use, here {cpus})"
+        ).format(cpus=cpus()),
     )
     parser.add_argument(
-        "--checkpoint", help="grade against this checkpoint instead of the one in each meta.json"
+        "--checkpoint", help=_("grade against this checkpoint instead of the one in each meta.json")
     )
     parser.add_argument(
-        "--timeout", type=float, default=120.0, help="wall-time limit per learner in seconds (default 120)"
+        "--timeout", type=float, default=120.0, help=_("wall-time limit per learner in seconds (default 120)")
     )
     parser.add_argument(
-        "--memory", type=int, default=512, help="address-space limit per learner in MiB (default 512)"
+        "--memory", type=int, default=512, help=_("address-space limit per learner in MiB (default 512)")
     )
-    parser.add_argument("--processes", type=int, default=64, help="process limit per learner (default 64)")
-    parser.add_argument("--quiet", action="store_true", help="print only the class summary")
+    parser.add_argument("--processes", type=int, default=64, help=_("process limit per learner (default 64)"))
+    parser.add_argument("--quiet", action="store_true", help=_("print only the class summary"))
     parser.add_argument(
         "--unsafe",
         action="store_true",
-        help="no sandbox, resource limits only (learner code runs with your rights; refused as root)",
+        help=_("no sandbox, resource limits only (learner code runs with your rights; refused as root)"),
     )
     parser.add_argument(
         "--fresh-sandbox",
         action="store_true",
-        help="a new sandbox for every learner instead of one fork server per job slot (slower, about x2)",
+        help=_("a new sandbox for every learner instead of one fork server per job slot (slower, about x2)"),
     )
     add_manifest_option(parser)
 
