@@ -12,6 +12,7 @@ import copy
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +22,7 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
+from traitlets.config import Config
 
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import replace_file
@@ -96,21 +98,28 @@ def execute(
 ) -> NotebookNode:
     """Run every cell of a copy of `nb` in a fresh `python3` kernel started in `cwd`; errors stay as outputs."""
     run = copy.deepcopy(nb)
-    client = NotebookClient(
-        run,
-        timeout=int(timeout),
-        startup_timeout=60,
-        kernel_name=KERNEL_NAME,
-        allow_errors=True,  # keep going, so every offending cell is reported, not just the first
-        record_timing=False,
-        resources={"metadata": {"path": str(cwd)}},
-    )
-    try:
-        client.execute(env=dict(env) if env is not None else kernel_env(None, cwd))
-    except CellTimeoutError as error:
-        raise KitError(f"a cell ran longer than {timeout:g} s: {str(error).splitlines()[0]}") from None
-    except DeadKernelError as error:
-        raise KitError(f"the notebook kernel died: {error}") from None
+    # Local sockets rather than loopback TCP: no port another user of the machine can reach, and no
+    # plain-text-transport warning from ipykernel in the middle of a run's report. The sockets' path is
+    # absolute (the kernel runs in `cwd`) and short (a socket path has about 100 bytes).
+    with tempfile.TemporaryDirectory(prefix="pi-course-kernel-") as sockets:
+        # Through the config, not a ready manager, so nbclient still owns and shuts down its kernel.
+        config = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "k")}})
+        client = NotebookClient(
+            run,
+            config=config,
+            timeout=int(timeout),
+            startup_timeout=60,
+            kernel_name=KERNEL_NAME,
+            allow_errors=True,  # keep going, so every offending cell is reported, not just the first
+            record_timing=False,
+            resources={"metadata": {"path": str(cwd)}},
+        )
+        try:
+            client.execute(env=dict(env) if env is not None else kernel_env(None, cwd))
+        except CellTimeoutError as error:
+            raise KitError(f"a cell ran longer than {timeout:g} s: {str(error).splitlines()[0]}") from None
+        except DeadKernelError as error:
+            raise KitError(f"the notebook kernel died: {error}") from None
     return run
 
 
