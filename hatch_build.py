@@ -1,8 +1,11 @@
-"""Wheel build hook: the notebooks travel in the wheel as the learner's copies, with no stored outputs.
+"""Wheel build hook: the notebooks and contract pages that course.toml names travel in the wheel.
 
 The repository keeps each notebook with the outputs of a run on the reference solution, for reading on a
 code host. Those outputs show the answers, so the wheel carries a stripped copy instead (the same
 stripping `pi-course practice` applies: notebook.learner_copy, standard library only).
+
+Each checkpoint's contract page is the one its `contract` key in course.toml names, so a new checkpoint
+reaches the wheel without a second list in pyproject.toml to keep equal by hand.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +21,12 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 #: Where the notebooks go inside the wheel (beside the rest of the bundled course, see pyproject.toml).
 WHEEL_NOTEBOOKS = "pi_course_kit/course/notebooks"
+#: Where the bundled course lives inside the wheel; a contract page keeps its path below it.
+WHEEL_COURSE = "pi_course_kit/course"
 
 
 class LearnerNotebooks(BuildHookInterface):
-    """Put stripped copies of notebooks/*.ipynb into the wheel."""
+    """Put stripped copies of notebooks/*.ipynb, and every checkpoint's contract page, into the wheel."""
 
     PLUGIN_NAME = "custom"
 
@@ -39,6 +45,11 @@ class LearnerNotebooks(BuildHookInterface):
             copy = self._scratch / source.name
             copy.write_text(learner_text(source), encoding="utf-8")
             build_data["force_include"][str(copy)] = f"{WHEEL_NOTEBOOKS}/{source.name}"
+        manifest = tomllib.loads((root / "course.toml").read_text(encoding="utf-8"))
+        for checkpoint in manifest["checkpoints"]:
+            contract = checkpoint.get("contract")
+            if contract:
+                build_data["force_include"][str(root / contract)] = f"{WHEEL_COURSE}/{contract}"
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
         """Remove the scratch folder once the wheel is written."""

@@ -9,11 +9,10 @@ from __future__ import annotations
 import ast
 import functools
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import REPO, load_real_course
+from conftest import load_real_course
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor import verify
 from pi_course_kit.instructor.grade.mutation_map import default_cache
@@ -182,13 +181,6 @@ def test_the_contract_page_maps_each_course_test_to_kit_tests_that_exist(
     named = {name for row in rows for name in re.findall(r"\btest_\w+", row)}
     assert named, "the table names no kit test"
     assert sorted(name for name in named if f"def {name}(" not in tests) == []
-
-
-def test_the_contract_page_travels_in_the_wheel(real_course: Course, each_checkpoint: Checkpoint) -> None:
-    """Does pyproject's force-include put the checkpoint's contract page into the wheel, for practice folders?"""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    included = project["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
-    assert each_checkpoint.contract in included
 
 
 # -- what a learner of chapter 06 reads ----------------------------------------------------------------

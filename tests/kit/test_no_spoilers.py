@@ -30,8 +30,10 @@ def with_outputs(source: Path) -> bool:
 
 
 @pytest.mark.slow
-def test_the_wheel_carries_notebooks_without_outputs(tmp_path: Path) -> None:
-    """Built as a learner installs it, does the wheel hold every notebook, none with a stored output?"""
+def test_the_wheel_carries_notebooks_without_outputs_and_every_contract_page(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """Built as a learner installs it, does the wheel hold every notebook with no stored output, and each page?"""
     repository = sorted((REPO / "notebooks").glob("*.ipynb"))
     assert any(with_outputs(path) for path in repository)  # the repository copies do have outputs
     built = subprocess.run(
@@ -46,8 +48,14 @@ def test_the_wheel_carries_notebooks_without_outputs(tmp_path: Path) -> None:
         notebooks = {
             name: json.loads(archive.read(name)) for name in archive.namelist() if name.endswith(".ipynb")
         }
+        pages = {name: archive.read(name) for name in archive.namelist() if "/docs/contract-" in name}
     assert {Path(name).name for name in notebooks} == {path.name for path in repository}
     assert {name: stored_outputs(nb) for name, nb in notebooks.items()} == dict.fromkeys(notebooks, 0)
+    expected = {
+        f"pi_course_kit/course/{cp.contract}": cp.contract for cp in real_course.checkpoints if cp.contract
+    }
+    assert sorted(pages) == sorted(expected)
+    assert all(pages[name] == (REPO / page).read_bytes() for name, page in expected.items())
 
 
 def test_a_practice_folder_notebook_has_no_outputs(real_course: Course, tmp_path: Path) -> None:
