@@ -615,7 +615,7 @@ def test_parse_session_entry_refuses_an_entry_type_it_does_not_know() -> None:
 
 
 @pytest.mark.lab10_2
-@pytest.mark.edits("parse_session_entry")
+@pytest.mark.edits("parse_session_entry", "finite_number")
 @pytest.mark.parametrize(
     ("label", "make", "message"), MORE_INVALID_ENTRIES, ids=[row[0] for row in MORE_INVALID_ENTRIES]
 )
@@ -819,7 +819,7 @@ def test_any_committed_log_reads_back_whole_and_a_tail_never_becomes_an_entry(
 
 
 @pytest.mark.lab10_5
-@pytest.mark.edits("JsonlSessionStore.append")
+@pytest.mark.edits("JsonlSessionStore.append", "JsonlSessionStore.open")
 def test_jsonl_append_keeps_the_old_bytes_as_a_prefix_and_reopens_across_instances(tmp_path: Path) -> None:
     """真实文件上，被拒绝的 append 是否一个字节都不写、成功的 append 是否保留旧字节前缀，换一个实例重开是否读回同样的 entries？"""
 
