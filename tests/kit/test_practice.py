@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from learner_support import run_cli, snapshot, solve
 from pi_course_kit import __version__, cli
+from pi_course_kit.core import records
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.runner import run_tests
 from pi_course_kit.learner import practice
@@ -74,6 +75,18 @@ def test_practice_prints_the_next_steps(
     assert checkpoint.first_red_prefix in done.stdout
     # Made by a python without pytest, so the steps start by installing the kit.
     assert "scripts/bootstrap" in done.stdout
+
+
+def test_the_next_steps_comments_start_in_one_column_in_both_languages(tmp_path: Path) -> None:
+    """Do the `# …` comments of the next steps line up, for a lab folder and an observation one, in Chinese
+    (wide characters) and in English?"""
+    for checkpoint, language in (("14", "zh_CN"), ("00", "zh_CN"), ("06", "en")):
+        dest = tmp_path / f"{checkpoint}-{language}"
+        done = run_cli(["--lang", language, "practice", checkpoint, str(dest)], cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        commented = [line for line in done.stdout.splitlines() if line.startswith("  ") and "# " in line]
+        assert len(commented) >= 4, done.stdout
+        assert len({records.display_width(line.split("# ")[0]) for line in commented}) == 1, commented
 
 
 def test_folder_holds_the_starter_tests_and_config(

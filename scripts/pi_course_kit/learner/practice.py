@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from pi_course_kit import __version__
-from pi_course_kit.core import manifest
+from pi_course_kit.core import manifest, records
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import current_umask, write_folder_atomically
 from pi_course_kit.core.folder import (
@@ -468,16 +468,30 @@ def next_steps(course: Course, checkpoint: Checkpoint, dest: Path, kit_installed
         lines.append(f"  bash {course.root}/scripts/bootstrap && . {course.root}/.venv/bin/activate")
     if checkpoint.observation:
         return lines + observation_steps(checkpoint, dest)
-    lines += [
+    return [
+        *lines,
         f"  cd {dest}",
-        f"  python -m pytest -m {first.marker} -x   # "
-        + _("first red: {prefix} …").format(prefix=checkpoint.first_red_prefix),
-        f"  edit {checkpoint.teaching_files[0]}          # "
-        + _("{guide} lists every lab, in order").format(guide=GUIDE),
-        "  pi-course watch                 # " + _("guided mode: one lab at a time, re-run on every save"),
-        f"  pi-course hint {first.id}              # " + _("one more hint each time"),
+        *commented(
+            [
+                (
+                    f"python -m pytest -m {first.marker} -x",
+                    _("first red: {prefix} …").format(prefix=checkpoint.first_red_prefix),
+                ),
+                (
+                    f"edit {checkpoint.teaching_files[0]}",
+                    _("{guide} lists every lab, in order").format(guide=GUIDE),
+                ),
+                ("pi-course watch", _("guided mode: one lab at a time, re-run on every save")),
+                (f"pi-course hint {first.id}", _("one more hint each time")),
+            ]
+        ),
     ]
-    return lines
+
+
+def commented(rows: list[tuple[str, str]]) -> list[str]:
+    """Indented commands with their `# comment`s starting in one column, whatever the commands' lengths."""
+    width = max(records.display_width(command) for command, _comment in rows) + 3
+    return [f"  {records.pad(command, width)}# {comment}" for command, comment in rows]
 
 
 def observation_note() -> str:
@@ -491,13 +505,18 @@ def observation_steps(checkpoint: Checkpoint, dest: Path) -> list[str]:
     teaching = checkpoint.teaching_files[0]
     return [
         f"  cd {dest}",
-        "  python -m pytest                 # "
-        + _("green from the start: this folder holds the target itself"),
-        f"  jupyter lab {notebook}   # " + _("predict what each cell shows before you run it"),
-        f"  edit {teaching}   # "
-        + _("break it on purpose, then `pi-course check` shows which test catches it"),
-        "  pi-course reset --all            # " + _("put the file back as it was"),
-        f"  pi-course hint {checkpoint.labs[0].id}                # " + _("one more hint each time"),
+        *commented(
+            [
+                ("python -m pytest", _("green from the start: this folder holds the target itself")),
+                (f"jupyter lab {notebook}", _("predict what each cell shows before you run it")),
+                (
+                    f"edit {teaching}",
+                    _("break it on purpose, then `pi-course check` shows which test catches it"),
+                ),
+                ("pi-course reset --all", _("put the file back as it was")),
+                (f"pi-course hint {checkpoint.labs[0].id}", _("one more hint each time")),
+            ]
+        ),
     ]
 
 
