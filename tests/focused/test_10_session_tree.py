@@ -610,7 +610,7 @@ UNKNOWN_TYPE_MESSAGES = (
 @pytest.mark.edits("parse_session_entry")
 def test_parse_session_entry_refuses_an_entry_type_it_does_not_know() -> None:
     """type 不是已知 entry 类型时，运行时边界是否拒绝它，并用契约里的消息说出自己认识哪些类型？"""
-    wire = {"id": "x", "parentId": None, "timestamp": 1, "type": "snapshot", "summary": {}}
+    wire: dict[str, object] = {"id": "x", "parentId": None, "timestamp": 1, "type": "snapshot", "summary": {}}
     assert error_of(lambda: parse_session_entry(wire)) in UNKNOWN_TYPE_MESSAGES
 
 
