@@ -93,7 +93,7 @@ def test_parent_copy_is_red_on_the_first_lab(card_run: tuple[Path, str], checkpo
     dest, _ = card_run
     result = run_tests(dest / "parent", ["-m", checkpoint.first_lab.marker, "-x"], timeout=120)
     assert result.returncode == 1
-    assert result.tests[0]["message"] == "Lab 1.1 not implemented: Counter.add"
+    assert result.tests[0].message == "Lab 1.1 not implemented: Counter.add"
 
 
 def test_target_copy_is_green(card_run: tuple[Path, str]) -> None:
@@ -101,7 +101,7 @@ def test_target_copy_is_green(card_run: tuple[Path, str]) -> None:
     dest, _ = card_run
     result = run_tests(dest / "target", timeout=300)
     assert result.returncode == 0, result.output[-2000:]
-    assert result.labs and all(row["status"] == "done" for row in result.labs)
+    assert result.labs and all(row.status == "done" for row in result.labs)
 
 
 def test_listing_without_arguments(course: Course, capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,7 +18,6 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import FX, REPO, load_real_course
@@ -111,7 +110,7 @@ def test_every_required_lab_has_mistakes_to_plant(real_course: Course) -> None:
     assert len(planted()) >= 20
 
 
-def plant(folder: Path, mutation: Mutation, marker: str) -> dict[str, Any] | None:
+def plant(folder: Path, mutation: Mutation, marker: str) -> records.NextStep | None:
     """Plant a mutation, run the lab's tests (first failure only), put the file back; the report's step."""
     target = folder / mutation.file
     original = target.read_text(encoding="utf-8")
@@ -137,16 +136,16 @@ def test_the_report_names_the_function_holding_the_mistake(
     folder = solved_folder(real_course, checkpoint, solved_folders, tmp_path_factory.getbasetemp())
     for mutation, function in case.mutations:
         step = plant(folder, mutation, case.marker)
-        if step is None or step.get("unchecked") or step["lab"] != case.lab:
+        if step is None or step.unchecked or step.lab != case.lab:
             continue  # not caught by this lab's own tests (a later lab's tests catch it)
         # A test that checks two functions at once names both; the one holding the mistake must be among
         # them, or enclose the function named (a nested helper is edited as part of its function).
-        named = str(step["function"]).split(", ")
+        named = str(step.function).split(", ")
         assert any(name == function or name.startswith(f"{function}.") for name in named), (
             mutation.name,
             step,
         )
-        assert str(step["location"]).startswith(f"{mutation.file}:"), (mutation.name, step)
+        assert str(step.location).startswith(f"{mutation.file}:"), (mutation.name, step)
         return
     pytest.fail(f"none of {[m.name for m, _f in case.mutations]} is caught by the tests of Lab {case.lab}")
 
@@ -210,8 +209,8 @@ def test_with_every_required_lab_green_the_optional_exercise_is_offered_once(
     folder = solved(course, checkpoint, tmp_path / "mine")
     result = run_tests(folder)
     optional = next(lab for lab in checkpoint.labs if lab.optional)
-    assert result.next_step is not None and result.next_step["optional"] is True
-    assert result.next_step["lab"] == optional.id
+    assert result.next_step is not None and result.next_step.optional is True
+    assert result.next_step.lab == optional.id
     assert optional_offers(result.output) == 1
 
 
@@ -227,7 +226,7 @@ def test_after_the_optional_exercise_alone_the_report_says_everything_is_done(
     optional = next(lab for lab in checkpoint.labs if lab.optional)
     result = run_tests(folder, ("-m", optional.marker))
     row = result.lab(optional.id)
-    assert row is not None and row["status"] == records.DONE
+    assert row is not None and row.status == records.DONE
     assert result.next_step is None, result.next_step
     assert "every required lab is done" in result.output
 
@@ -245,14 +244,14 @@ def test_after_an_edit_labs_not_rechecked_are_named_and_no_code_is_pointed_at(
     result = run_tests(folder, ("-m", required[-1].marker))
     step = result.next_step
     assert step is not None
-    assert step["unchecked"] == [lab.id for lab in required[:-1]]
-    assert (step["location"], step["command"]) == (None, "python -m pytest")
+    assert step.unchecked == tuple(lab.id for lab in required[:-1])
+    assert (step.location, step.command) == (None, "python -m pytest")
     shown = run_cli(["check", "--lab", required[-1].id], folder)
     assert "not checked since your last change" in shown.stdout
     assert "edit:" not in shown.stdout and "stuck?" not in shown.stdout
     assert run_tests(folder).next_step is not None  # the whole run settles it: only the optional is left
     again = run_tests(folder, ("-m", required[-1].marker)).next_step
-    assert again is not None and again["optional"] is True
+    assert again is not None and again.optional is True
 
 
 def test_the_parents_optional_exercise_comes_along_and_still_runs_by_name(
@@ -274,7 +273,7 @@ def test_the_parents_optional_exercise_comes_along_and_still_runs_by_name(
         shutil.copyfile(course.root / child.solution / relative, folder / relative)
     alone = run_tests(folder, ("-m", optional.marker))
     row = alone.lab(optional.id)
-    assert row is not None and row["total"] >= 1 and row["status"] == records.DONE
+    assert row is not None and row.total >= 1 and row.status == records.DONE
     hint = run_cli(["hint", optional.id], folder)
     assert hint.returncode == 0 and optional.hints[0] in hint.stdout
     whole = run_cli(["check"], folder)

@@ -47,16 +47,16 @@ def assert_one_answer(result: RunResult, line: int) -> None:
     assert result.finished and not result.timed_out, result.output[-2000:]
     assert "INTERNALERROR" not in result.output
     assert result.next_step is not None
-    assert result.next_step["lab"] == "1.1" and result.next_step["location"] == where
-    failed = [record for record in result.tests if record["outcome"] == "failed"]
-    assert failed and all(record["location"] == where for record in failed), failed
-    looped = [record for record in failed if record["exc_type"] == "LearnerTimeout"]
-    assert looped and all(where in str(record["message"]) for record in looped)
+    assert result.next_step.lab == "1.1" and result.next_step.location == where
+    failed = [record for record in result.tests if record.outcome == "failed"]
+    assert failed and all(record.location == where for record in failed), failed
+    looped = [record for record in failed if record.exc_type == "LearnerTimeout"]
+    assert looped and all(where in str(record.message) for record in looped)
     # The loop's own lab stops at its first looping test: the rest are skipped, naming the line.
-    lab = [record for record in result.tests if record["lab"] == "1.1"]
-    assert sum(record["outcome"] == "failed" for record in lab) == 1
-    skipped = [record for record in lab if record["outcome"] == "skipped"]
-    assert skipped and all(where in str(record["skip_reason"]) for record in skipped)
+    lab = [record for record in result.tests if record.lab == "1.1"]
+    assert sum(record.outcome == "failed" for record in lab) == 1
+    skipped = [record for record in lab if record.outcome == "skipped"]
+    assert skipped and all(where in str(record.skip_reason) for record in skipped)
 
 
 @pytest.mark.slow
@@ -83,8 +83,8 @@ def test_a_slow_test_of_another_lab_is_not_cut_short_after_a_loop(looping: tuple
     (folder / "tests" / "test_slow.py").write_text(SLOW_OTHER_LAB, encoding="utf-8")
     result = run_tests(folder, ["--timeout", "5"], timeout=120)
     assert_one_answer(result, line)
-    slow = next(record for record in result.tests if str(record["nodeid"]).endswith("test_slow_but_finite"))
-    assert slow["outcome"] == "passed", slow
+    slow = next(record for record in result.tests if str(record.nodeid).endswith("test_slow_but_finite"))
+    assert slow.outcome == "passed", slow
 
 
 def test_a_loop_is_told_by_its_cpu_before_the_time_limit(looping: tuple[Path, int]) -> None:
@@ -92,8 +92,8 @@ def test_a_loop_is_told_by_its_cpu_before_the_time_limit(looping: tuple[Path, in
     folder, line = looping
     result = run_tests(folder, ["-m", "lab1_1"], timeout=120)
     assert_one_answer(result, line)
-    (looped,) = [record for record in result.tests if record["exc_type"] == "LearnerTimeout"]
-    assert "spun for" in str(looped["message"]) and "endless loop in Lab 1.1" in str(looped["message"])
+    (looped,) = [record for record in result.tests if record.exc_type == "LearnerTimeout"]
+    assert "spun for" in str(looped.message) and "endless loop in Lab 1.1" in str(looped.message)
 
 
 MANY_QUICK_CALLS = '''
@@ -127,4 +127,4 @@ def test_many_quick_calls_are_not_taken_for_a_loop(
     result = run_tests(folder, ["tests/test_many.py", "--timeout", "60"], timeout=120)
     assert result.finished, result.output[-2000:]
     (record,) = result.tests
-    assert record["outcome"] == "passed", record
+    assert record.outcome == "passed", record

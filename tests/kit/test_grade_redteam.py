@@ -412,12 +412,12 @@ def test_a_run_that_reaches_past_its_end_gains_nothing(next_learner: dict[str, d
     assert (last["status"], last["passed"], last["flags"]) == ("not started", 0, [])
 
 
-def _public(course: Course, checkpoint: Checkpoint) -> dict[str, str]:
+def _public(course: Course, checkpoint: Checkpoint) -> dict[str, str | None]:
     """The public node ids a forger knows, with their labs (read from the reference run)."""
     from pi_course_kit.instructor.promises import run_tree
 
     result = run_tree(course, checkpoint, checkpoint.solution)
-    return {t["nodeid"]: t["lab"] for t in result.tests}
+    return {t.nodeid: t.lab for t in result.tests}
 
 
 def _append(folder: Path, payload: str) -> None:

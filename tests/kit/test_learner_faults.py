@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from learner_support import make_folder, run_cli, solve
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.records import TestRecord as Record  # not "Test…": pytest would collect it
 from pi_course_kit.core.runner import RunResult, run_tests
 
 PROBE = '''
@@ -74,9 +75,9 @@ def probe(folder: Path, *extra: str) -> RunResult:
     return run_tests(folder, ["tests/test_probe.py", *extra], timeout=90)
 
 
-def by_name(result: RunResult) -> dict[str, dict[str, object]]:
+def by_name(result: RunResult) -> dict[str, Record]:
     """Test records keyed by function name."""
-    return {str(record["nodeid"]).split("::")[-1]: record for record in result.tests}
+    return {str(record.nodeid).split("::")[-1]: record for record in result.tests}
 
 
 def test_syntax_error_is_one_line_with_its_lab(
@@ -88,9 +89,9 @@ def test_syntax_error_is_one_line_with_its_lab(
     result = run_tests(folder, timeout=90)
     assert result.finished and not result.tests
     (error,) = result.collect_errors
-    assert error["location"] == f"fx_course/counter.py:{line}"
-    assert error["lab"] == "1.2"
-    assert "SyntaxError" in error["message"]
+    assert error.location == f"fx_course/counter.py:{line}"
+    assert error.lab == "1.2"
+    assert "SyntaxError" in error.message
     assert "_bootstrap" not in result.output and "_pytest" not in result.output
     shown = run_cli(["check"], cwd=folder / "tests")
     assert shown.returncode == 1
@@ -108,16 +109,16 @@ def test_endless_loop_is_stopped_per_test_naming_the_lab(
     assert result.finished and not result.timed_out
     records = by_name(result)
     where = f"fx_course/counter.py:{fault_line(folder)}"
-    assert records["test_plain_call"]["outcome"] == "failed"
-    assert "Timeout" in str(records["test_plain_call"]["message"])
-    assert "endless loop in Lab 1.1" in str(records["test_plain_call"]["message"])
-    assert records["test_plain_call"]["location"] == where
+    assert records["test_plain_call"].outcome == "failed"
+    assert "Timeout" in str(records["test_plain_call"].message)
+    assert "endless loop in Lab 1.1" in str(records["test_plain_call"].message)
+    assert records["test_plain_call"].location == where
     # The hypothesis test of the same lab would run into the same loop: it is skipped, naming the line.
-    assert records["test_property_call"]["outcome"] == "skipped"
-    assert where in str(records["test_property_call"]["skip_reason"])
-    assert records["test_reset_call"]["outcome"] == "passed"
-    assert records["test_the_run_goes_on"]["outcome"] == "passed"
-    assert result.next_step is not None and result.next_step["lab"] == "1.1"
+    assert records["test_property_call"].outcome == "skipped"
+    assert where in str(records["test_property_call"].skip_reason)
+    assert records["test_reset_call"].outcome == "passed"
+    assert records["test_the_run_goes_on"].outcome == "passed"
+    assert result.next_step is not None and result.next_step.lab == "1.1"
 
 
 @pytest.mark.parametrize("fault", ["import sys; sys.exit(3)", "raise SystemExit", "import os; os._exit(3)"])
@@ -130,11 +131,11 @@ def test_exiting_inside_a_test_still_ends_in_a_report(
     assert result.finished
     records = by_name(result)
     failed = records["test_reset_call"]
-    assert failed["outcome"] == "failed"
+    assert failed.outcome == "failed"
     kind = "os._exit" if "os._exit" in fault else "sys.exit"
-    assert f"learner code called {kind}(" in str(failed["message"])
-    assert failed["location"] == f"fx_course/counter.py:{fault_line(folder)}"
-    assert records["test_the_run_goes_on"]["outcome"] == "passed"
+    assert f"learner code called {kind}(" in str(failed.message)
+    assert failed.location == f"fx_course/counter.py:{fault_line(folder)}"
+    assert records["test_the_run_goes_on"].outcome == "passed"
     assert "pi-course labs" in result.output
 
 
@@ -151,6 +152,6 @@ def test_exiting_while_importing_is_a_located_import_error(
     result = run_tests(folder, timeout=90)
     assert result.finished and "INTERNALERROR" not in result.output
     (error,) = result.collect_errors
-    assert error["location"] == f"fx_course/counter.py:{fault_line(folder)}"
-    assert error["lab"] == "1.2"
-    assert ("sys.exit(4)" if "sys" in fault else "os._exit(4)") in error["message"]
+    assert error.location == f"fx_course/counter.py:{fault_line(folder)}"
+    assert error.lab == "1.2"
+    assert ("sys.exit(4)" if "sys" in fault else "os._exit(4)") in error.message

@@ -51,11 +51,11 @@ def test_a_finished_lab_run_alone_never_says_every_lab_is_done(
     folder = folder_with(course, checkpoint, tmp_path, {"1.2"})
     result = english(folder, ["-m", "lab1_1"])
     row = result.lab("1.1")
-    assert row is not None and row["status"] == "done"
+    assert row is not None and row.status == "done"
     assert "every" not in result.output.split("pi-course labs")[-1]
-    assert result.next_step is not None and result.next_step["lab"] == "1.2"
-    assert result.next_step["location"].startswith(f"{COUNTER}:")
-    assert result.next_step["command"] == 'python -m pytest -m "lab1_2"'
+    assert result.next_step is not None and result.next_step.lab == "1.2"
+    assert (result.next_step.location or "").startswith(f"{COUNTER}:")
+    assert result.next_step.command == 'python -m pytest -m "lab1_2"'
 
 
 def test_an_import_time_loop_ends_within_the_limit_naming_file_line_and_lab(
@@ -69,8 +69,8 @@ def test_an_import_time_loop_ends_within_the_limit_naming_file_line_and_lab(
     result = english(folder, ["-m", "lab1_1", "--timeout", "1"])
     assert result.finished
     (error,) = result.collect_errors
-    assert error["location"] in (f"{COUNTER}:{len(lines) + 1}", f"{COUNTER}:{len(lines) + 2}")
-    assert error["lab"] == "1.2" and "endless loop" in error["message"]
+    assert error.location in (f"{COUNTER}:{len(lines) + 1}", f"{COUNTER}:{len(lines) + 2}")
+    assert error.lab == "1.2" and "endless loop" in error.message
 
 
 def test_a_loop_in_an_earlier_lab_blames_that_lab_and_blocks_the_later_one(
@@ -83,9 +83,9 @@ def test_a_loop_in_an_earlier_lab_blames_that_lab_and_blocks_the_later_one(
     )
     result = english(folder, ["-m", "lab1_2", "--timeout", "1"])
     row = result.lab("1.2")
-    assert row is not None and row["status"] == "blocked" and row["blocked_by"] == "1.1"
-    assert result.next_step is not None and result.next_step["lab"] == "1.1"
-    assert result.next_step["function"] == "Counter.add"
+    assert row is not None and row.status == "blocked" and row.blocked_by == "1.1"
+    assert result.next_step is not None and result.next_step.lab == "1.1"
+    assert result.next_step.function == "Counter.add"
 
 
 def test_a_run_stopped_by_x_shows_a_partial_count(
@@ -95,8 +95,8 @@ def test_a_run_stopped_by_x_shows_a_partial_count(
     folder = make_folder(course, checkpoint, tmp_path / "practice")
     result = english(folder, ["-m", "lab1_1", "-x"])
     row = result.lab("1.1")
-    assert row is not None and row["total"] == 1 and row["collected"] > 1
-    assert f"0/1 of {row['collected']}" in result.output
+    assert row is not None and row.total == 1 and row.collected > 1
+    assert f"0/1 of {row.collected}" in result.output
     assert "stopped early" in result.output
 
 
@@ -121,10 +121,10 @@ def test_a_wrong_answer_shows_the_test_question_the_difference_and_an_edit_line(
     found = checkpoint.mutation(mutation)
     edit(folder, found.find, found.replace)
     step = english(folder, []).next_step
-    assert step is not None and (step["lab"], step["status"]) == (lab, "failing")
-    assert step["what"].startswith("test_") and step["question"].endswith("?")
-    assert expected in step["diff"]
-    assert step["location"].startswith(f"{COUNTER}:") and step["function"].startswith("Counter.")
+    assert step is not None and (step.lab, step.status) == (lab, "failing")
+    assert step.what.startswith("test_") and step.question.endswith("?")
+    assert expected in step.diff
+    assert (step.location or "").startswith(f"{COUNTER}:") and (step.function or "").startswith("Counter.")
 
 
 def test_reset_names_its_backup_and_undo_puts_the_version_back(
@@ -212,12 +212,13 @@ def test_an_older_record_never_hides_this_runs_red_after_an_edit(
     solved = (folder / COUNTER).read_text(encoding="utf-8")
     add_two, reset_to_one = checkpoint.mutation("add-two"), checkpoint.mutation("reset-to-one")
     edit(folder, add_two.find, add_two.replace)
-    assert english(folder, ["-m", "lab1_1"]).lab("1.1")["status"] == "failing"  # type: ignore[index]
+    seen = english(folder, ["-m", "lab1_1"]).lab("1.1")
+    assert seen is not None and seen.status == "failing"
     (folder / COUNTER).write_text(solved.replace(reset_to_one.find, reset_to_one.replace), encoding="utf-8")
     result = english(folder, ["-m", "lab1_2"])
     assert result.next_step is not None
-    assert (result.next_step["lab"], result.next_step["status"]) == ("1.2", "failing")
-    assert "assert 1 == 0" in result.next_step["diff"]
+    assert (result.next_step.lab, result.next_step.status) == ("1.2", "failing")
+    assert "assert 1 == 0" in result.next_step.diff
 
 
 def test_a_lab_recorded_done_is_unchecked_again_once_the_package_changes(
@@ -226,12 +227,12 @@ def test_a_lab_recorded_done_is_unchecked_again_once_the_package_changes(
     """Once every lab passed, an edit then a green `-m lab1_2` run: is 1.1 named as not run, never done?"""
     folder = folder_with(course, checkpoint, tmp_path, set())
     everything = english(folder, []).next_step
-    assert everything is None or everything["optional"]
+    assert everything is None or everything.optional
     counter = folder / COUNTER
     counter.write_text(counter.read_text(encoding="utf-8") + "\n# an edit\n", encoding="utf-8")
     result = english(folder, ["-m", "lab1_2"])
     assert result.next_step is not None
-    assert (result.next_step["lab"], result.next_step["status"]) == ("1.1", "not run")
+    assert (result.next_step.lab, result.next_step.status) == ("1.1", "not run")
 
 
 def test_the_optional_exercise_is_never_suggested_once_it_is_done(
@@ -243,7 +244,7 @@ def test_the_optional_exercise_is_never_suggested_once_it_is_done(
     for relative in checkpoint.solution_only:
         (folder / relative).write_bytes((course.root / checkpoint.solution / relative).read_bytes())
     result = english(folder, [])
-    assert all(row["status"] == "done" for row in result.labs)
+    assert all(row.status == "done" for row in result.labs)
     assert result.next_step is None
     tail = result.output.split("pi-course labs")[-1]
     assert "optional" not in tail and "every required lab is done" in tail

@@ -59,9 +59,9 @@ def test_the_08_focused_tests_leave_no_process_and_no_file_behind(real_course: C
         after = (listing(temp), marked_processes(token))
 
     assert before == ([], [])
-    ran = [test for test in result.tests if "test_08_coding_tools" in test["nodeid"]]
+    ran = [test for test in result.tests if "test_08_coding_tools" in test.nodeid]
     assert ran, result.output[-2000:]
-    assert [t["nodeid"] for t in ran if t["outcome"] != "passed"] == [], result.output[-2000:]
+    assert [t.nodeid for t in ran if t.outcome != "passed"] == [], result.output[-2000:]
     # Processes first: a survivor could still be writing into the folder.
     assert after[1] == [], f"still running after the 08 tests: {after[1]}"
     assert after[0] == [], f"left in the tests' temp folder: {after[0]}"

@@ -38,10 +38,10 @@ def test_lab_checks_reuse_a_full_run_of_the_same_code_and_rerun_after_an_edit(
     full = checks.progress()
     lab = checks.check(first.id)
     assert len(calls) == 1 and "-m" not in calls[0]
-    assert [row["id"] for row in lab.labs] == [first.id]
-    assert lab.tests and all(test["lab"] == first.id for test in lab.tests)
+    assert [row.id for row in lab.labs] == [first.id]
+    assert lab.tests and all(test.lab == first.id for test in lab.tests)
     assert lab.command == f"python -m pytest -m {first.marker}" and not lab.passed
-    assert {row["id"] for row in full.labs} >= {first.id}
+    assert {row.id for row in full.labs} >= {first.id}
     edited = practice / checkpoint.teaching_files[0]
     edited.write_text(edited.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
     checks.check(first.id)
@@ -62,7 +62,9 @@ def test_each_lab_status_gets_its_own_colour_in_the_notebook_table() -> None:
         {"id": f"9.{n}", "passed": 0, "total": 1, "status": status, "title": status}
         for n, status in enumerate(statuses)
     ]
-    report = checks.CheckReport("", "python -m pytest", "tree", 1, rows, [], None)
+    report = checks.CheckReport(
+        "", "python -m pytest", "tree", 1, [records.LabSummary.from_json(r) for r in rows], [], None
+    )
     page = report._repr_html_()
     colours = [page.split(f">9.{n}<", 1)[1].split("color:", 1)[1][:7] for n in range(len(statuses))]
     assert len(set(colours)) == len(statuses), dict(zip(statuses, colours, strict=True))

@@ -31,7 +31,15 @@ def test_table_cells_are_left_aligned_and_none_is_a_dash() -> None:
 
 def report(tests: list[dict[str, Any]]) -> CheckReport:
     labs = [{"id": "1.1", "passed": 0, "total": len(tests), "status": "not started", "title": "t"}]
-    return CheckReport("1.1", "python -m pytest -m lab1_1", "./pi_course", 1, labs, tests, None)
+    return CheckReport(
+        "1.1",
+        "python -m pytest -m lab1_1",
+        "./pi_course",
+        1,
+        [records.LabSummary.from_json(row) for row in labs],
+        [records.TestRecord.from_json(test) for test in tests],
+        None,
+    )
 
 
 def test_repeated_failure_messages_are_shown_once_with_their_count(chinese: None) -> None:
@@ -56,7 +64,8 @@ def test_check_tables_use_the_reports_status_words_in_the_course_language(
         {"id": "1.2", "passed": 0, "total": 3, "status": "blocked", "blocked_by": "1.1", "title": "b"},
         {"id": "1.3", "passed": 0, "total": 1, "status": "not started", "optional": True, "title": "c"},
     ]
-    shown = CheckReport("1.2", "python -m pytest -m lab1_2", "./pi_course", 1, labs, [], None)
+    rows = [records.LabSummary.from_json(row) for row in labs]
+    shown = CheckReport("1.2", "python -m pytest -m lab1_2", "./pi_course", 1, rows, [], None)
     text, page = str(shown), shown._repr_html_()
     assert "Lab 1.2：0/3 被 1.1 阻塞" in text.splitlines()
     for words in ("已完成", "被 1.1 阻塞", "未开始（选做）"):

@@ -228,14 +228,14 @@ def test_pytest_in_the_folder_fails_first_on_lab_6_1(
     result = run_tests(dest, ["-m", "lab6_1", "-x"], timeout=120, command=None)
     assert result.returncode == 1
     first = result.tests[0]
-    assert first["message"] == FIRST_RED_06
-    assert first["location"].startswith("pi_course/tool.py:")  # relative: inside this folder
-    assert result.next_step is not None and result.next_step["lab"] == "6.1"
+    assert first.message == FIRST_RED_06
+    assert (first.location or "").startswith("pi_course/tool.py:")  # relative: inside this folder
+    assert result.next_step is not None and result.next_step.lab == "6.1"
     assert "Lab 6.1 not implemented: object_schema" in result.output
     assert 'python -m pytest -m "lab6_1"' in result.output
     guide = (dest / "LAB-GUIDE.md").read_text(encoding="utf-8")
     stub_line = next(line for line in guide.splitlines() if line.startswith("- `object_schema`"))
-    assert f"at `{first['location']}`" in stub_line  # the guide names the red's function and line
+    assert f"at `{first.location}`" in stub_line  # the guide names the red's function and line
 
 
 def test_plain_pytest_command_works_in_the_folder(
@@ -267,9 +267,9 @@ def test_copying_the_solution_turns_every_lab_green(
     result = run_tests(dest, timeout=300)
     assert result.finished and not result.collect_errors
     required = {lab.id for lab in checkpoint.required_labs}
-    rows = {row["id"]: row for row in result.labs}
+    rows = {row.id: row for row in result.labs}
     assert required <= set(rows)
-    assert all(rows[lab]["status"] == "done" and rows[lab]["total"] > 0 for lab in required)
+    assert all(rows[lab].status == "done" and rows[lab].total > 0 for lab in required)
 
 
 def test_console_command_makes_a_folder(tmp_path: Path, course: Course) -> None:

@@ -6,6 +6,7 @@ import ast
 import json
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -44,19 +45,16 @@ def partial_tree(course: Course, checkpoint: Checkpoint, tmp: Path, unfinished: 
 
 def statuses(result: RunResult) -> dict[str, str]:
     """Lab id -> status (with the blocking lab) from a run's summary."""
-    return {
-        row["id"]: row["status"] + (f" by {row['blocked_by']}" if row["blocked_by"] else "")
-        for row in result.labs
-    }
+    return {row.id: row.status + (f" by {row.blocked_by}" if row.blocked_by else "") for row in result.labs}
 
 
 def test_starter_report_names_the_first_lab_and_where_to_edit(starter_run: RunResult) -> None:
     """On the starter, does the report say 1.1 is not started and point at its first stub in counter.py?"""
     assert statuses(starter_run)["1.1"] == "not started"
     step = starter_run.next_step
-    assert step is not None and step["lab"] == "1.1"
-    assert step["location"].startswith(f"{TEACHING}:") and step["function"] == "Counter.add"
-    assert step["command"] == 'python -m pytest -m "lab1_1"'
+    assert step is not None and step.lab == "1.1"
+    assert (step.location or "").startswith(f"{TEACHING}:") and step.function == "Counter.add"
+    assert step.command == 'python -m pytest -m "lab1_1"'
     assert "pi-course labs" in starter_run.output and "next: Lab 1.1" in starter_run.output
 
 
@@ -68,14 +66,14 @@ def test_starter_report_shows_a_lab_blocked_by_an_earlier_one(starter_run: RunRe
 
 def test_the_optional_lab_is_skipped_with_what_to_create(starter_run: RunResult) -> None:
     """While doubler.py is missing, are the optional lab's tests skipped with a reason naming the file?"""
-    optional = [t for t in starter_run.tests if t["lab"] == "extra1"]
-    assert optional and all(t["outcome"] == "skipped" for t in optional)
-    assert all("fx_course/doubler.py" in t["skip_reason"] for t in optional)
+    optional = [t for t in starter_run.tests if t.lab == "extra1"]
+    assert optional and all(t.outcome == "skipped" for t in optional)
+    assert all("fx_course/doubler.py" in t.skip_reason for t in optional)
 
 
 def test_solution_report_has_every_lab_done(solution_run: RunResult) -> None:
     """On the solution, is every lab done with passed == total and no next step?"""
-    assert all(row["status"] == "done" and row["passed"] == row["total"] for row in solution_run.labs)
+    assert all(row.status == "done" and row.passed == row.total for row in solution_run.labs)
     assert solution_run.next_step is None
     assert "next: every required lab is done. Move on to the next checkpoint." in solution_run.output
 
@@ -87,7 +85,7 @@ def test_finished_first_lab_moves_the_next_step_to_the_second(
     result = run_tests(partial_tree(course, checkpoint, tmp_path, {"1.2"}))
     assert statuses(result)["1.1"] == "done"
     assert statuses(result)["1.2"] == "not started"
-    assert result.next_step is not None and result.next_step["lab"] == "1.2"
+    assert result.next_step is not None and result.next_step.lab == "1.2"
 
 
 def test_an_unfinished_earlier_lab_blocks_a_solved_later_one(
@@ -97,7 +95,7 @@ def test_an_unfinished_earlier_lab_blocks_a_solved_later_one(
     result = run_tests(partial_tree(course, checkpoint, tmp_path, {"1.1"}))
     assert statuses(result)["1.1"] == "not started"
     assert statuses(result)["1.2"] == "blocked by 1.1"
-    assert result.next_step is not None and result.next_step["lab"] == "1.1"
+    assert result.next_step is not None and result.next_step.lab == "1.1"
 
 
 def test_a_wrong_answer_is_reported_as_failing_with_its_assertion(
@@ -111,23 +109,23 @@ def test_a_wrong_answer_is_reported_as_failing_with_its_assertion(
     result = run_tests(tree)
     assert statuses(result)["1.1"] == "failing"
     step = result.next_step
-    assert step is not None and (step["lab"], step["status"]) == ("1.1", "failing")
+    assert step is not None and (step.lab, step.status) == ("1.1", "failing")
     assert (
-        step["what"].startswith("test_add_counts_one_at_a_time")
-        and step["question"] == "Does add return 1, then 2?"
+        step.what.startswith("test_add_counts_one_at_a_time")
+        and step.question == "Does add return 1, then 2?"
     )
     # Under CI=true pytest does not truncate the explanation, so more lines may follow the first.
-    assert step["message"] == "assert [2, 4] == [1, 2]" and step["diff"][0] == "At index 0 diff: 2 != 1"
+    assert step.message == "assert [2, 4] == [1, 2]" and step.diff[0] == "At index 0 diff: 2 != 1"
 
 
 @pytest.mark.parametrize("lab", ["1.1", "1.2"])
 def test_json_records_name_each_test_with_its_lab(starter_run: RunResult, lab: str) -> None:
     """Does every JSON record carry the test's lab, outcome, error lab and a one-line message?"""
-    records = [t for t in starter_run.tests if t["lab"] == lab]
+    records = [t for t in starter_run.tests if t.lab == lab]
     assert records
     for record in records:
-        assert record["outcome"] == "failed" and record["exc_lab"] in ("1.1", lab)
-        assert record["message"].startswith("Lab ") and "\n" not in record["message"]
+        assert record.outcome == "failed" and record.exc_lab in ("1.1", lab)
+        assert record.message.startswith("Lab ") and "\n" not in record.message
 
 
 def test_an_import_error_keeps_its_location_and_lab_in_a_package_not_named_pi_course(
@@ -142,8 +140,8 @@ def test_an_import_error_keeps_its_location_and_lab_in_a_package_not_named_pi_co
     counter.write_text("\n".join(lines) + "\n", encoding="utf-8")
     result = run_tests(tree)
     (error,) = result.collect_errors
-    assert error["location"] == f"{TEACHING}:{at + 1}" and error["lab"] == "1.2"
-    assert "NameError" in error["message"]
+    assert error.location == f"{TEACHING}:{at + 1}" and error.lab == "1.2"
+    assert "NameError" in error.message
 
 
 @pytest.mark.parametrize("named", [True, False], ids=["named-in-pytest-ini", "found-by-its-lab-py"])
@@ -243,13 +241,13 @@ def test_required_imports_skip_optional_fallback_and_type_only_imports() -> None
 def test_a_record_stream_reads_back_typed_and_garbage_is_dropped(starter_run: RunResult) -> None:
     """Does a real run's stream read back as typed records (RunReport), a forged or broken line left out?"""
     summary = {
-        "labs": starter_run.labs,
-        "next": starter_run.next_step,
+        "labs": [asdict(row) for row in starter_run.labs],
+        "next": asdict(starter_run.next_step) if starter_run.next_step else None,
         "collect_errors": 0,
         "stopped_early": False,
     }
     lines = [
-        *(json.dumps({"event": "test", **test}) for test in starter_run.tests),
+        *(json.dumps({"event": "test", **asdict(test)}) for test in starter_run.tests),
         "not json",
         json.dumps({"event": "test", "outcome": "passed"}),  # no node id: not a test record
         json.dumps({"event": "test", "nodeid": "t::x", "message": "\x1b[2J", "duration": "long"}),
@@ -257,10 +255,10 @@ def test_a_record_stream_reads_back_typed_and_garbage_is_dropped(starter_run: Ru
     ]
     report = RunReport.read(lines)
     assert report.finished and not report.collect_errors
-    assert [t.nodeid for t in report.tests] == [t["nodeid"] for t in starter_run.tests] + ["t::x"]
+    assert [t.nodeid for t in report.tests] == [t.nodeid for t in starter_run.tests] + ["t::x"]
     assert (report.tests[-1].message, report.tests[-1].duration) == ("\\x1b[2J", 0.0)
     assert [(row.id, row.status, row.blocked_by) for row in report.labs] == [
-        (row["id"], Status(row["status"]), row["blocked_by"]) for row in starter_run.labs
+        (row.id, Status(row.status), row.blocked_by) for row in starter_run.labs
     ]
     assert report.next is not None and report.next.lab == "1.1" and report.next.status == Status.NOT_STARTED
     assert not RunReport.read(lines[:-1]).finished

@@ -1,7 +1,7 @@
 """The record contract between a test run and every reader: test records, lab summaries, status rules, table.
 
 Standard library only: this file travels into every staged tree as `tests/pi_course_records.py`, where
-the report plugin writes records, and the kit (check, grade, notebooks) reads them back with `read_records`.
+the report plugin writes records, and the kit (check, grade, notebooks) reads them back with `RunReport.read`.
 """
 
 from __future__ import annotations
@@ -826,25 +826,6 @@ def summary_line(
     labs = [{k: v for k, v in asdict(row).items() if k not in ("records", "first_failure")} for row in rows]
     payload = {"labs": labs, "next": step, "collect_errors": collect_errors, "stopped_early": stopped_early}
     return record_line("summary", payload)
-
-
-def read_records(
-    lines: list[str],
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[dict[str, Any]]]:
-    """Split a record stream into test records, the closing summary and collection errors."""
-    tests, errors, summary = [], [], None
-    for line in lines:
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        event = record.pop("event", None)
-        if event == "test":
-            tests.append(record)
-        elif event == "collect_error":
-            errors.append(record)
-        elif event == "summary":
-            summary = record
-    return tests, summary, errors
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,9 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pi_course_kit.core.locate import kit_cache
-from pi_course_kit.core.records import RunReport, read_records
+from pi_course_kit.core.records import CollectError, LabSummary, NextStep, RunReport, TestRecord
 
 JSON_ENV = "PI_COURSE_REPORT_JSON"
 #: Where the focused tests may keep mypy's cache (checkpoint 01 type-checks the learner's code). Runs
@@ -23,27 +22,42 @@ MYPY_CACHE_ENV = "PI_COURSE_MYPY_CACHE"
 
 @dataclass
 class RunResult:
-    """What one pytest run in a tree produced: exit code, per-test records, the lab summary."""
+    """What one pytest run in a tree produced: exit code, output, and its records, typed and checked."""
 
     returncode: int
     output: str
-    tests: list[dict[str, Any]] = field(default_factory=list)
-    labs: list[dict[str, Any]] = field(default_factory=list)
-    next_step: dict[str, Any] | None = None
-    collect_errors: list[dict[str, Any]] = field(default_factory=list)
-    timed_out: bool = False
-    finished: bool = False
-    #: The same records, typed and checked (`core.records`): what a reader should use.
     report: RunReport = field(default_factory=RunReport)
+    timed_out: bool = False
+
+    @property
+    def tests(self) -> list[TestRecord]:
+        return self.report.tests
+
+    @property
+    def labs(self) -> list[LabSummary]:
+        return self.report.labs
+
+    @property
+    def next_step(self) -> NextStep | None:
+        return self.report.next
+
+    @property
+    def collect_errors(self) -> list[CollectError]:
+        return self.report.collect_errors
+
+    @property
+    def finished(self) -> bool:
+        """The run wrote its closing summary."""
+        return self.report.finished
 
     @property
     def crashed(self) -> bool:
         """True when the run ended without the report's closing summary (killed, os._exit, timeout)."""
         return self.timed_out or not self.finished
 
-    def lab(self, lab_id: str) -> dict[str, Any] | None:
+    def lab(self, lab_id: str) -> LabSummary | None:
         """The summary row of one lab, if the run reached it."""
-        return next((row for row in self.labs if row["id"] == lab_id), None)
+        return next((row for row in self.labs if row.id == lab_id), None)
 
 
 def pytest_command(args: Sequence[str] = ()) -> list[str]:
@@ -83,18 +97,7 @@ def run_tests(
             timed_out, returncode = True, -9
             output = _text(expired.stdout) + _text(expired.stderr)
         lines = report.read_text(encoding="utf-8").splitlines() if report.exists() else []
-    tests, summary, errors = read_records(lines)
-    return RunResult(
-        returncode=returncode,
-        output=output,
-        tests=tests,
-        labs=list(summary["labs"]) if summary else [],
-        next_step=summary["next"] if summary else None,
-        collect_errors=errors,
-        timed_out=timed_out,
-        finished=summary is not None,
-        report=RunReport.read(lines),
-    )
+    return RunResult(returncode=returncode, output=output, report=RunReport.read(lines), timed_out=timed_out)
 
 
 def _text(data: bytes | str | None) -> str:

@@ -38,9 +38,9 @@ class CheckReport:
     command: str
     tree: str
     returncode: int
-    labs: list[dict[str, Any]]
-    tests: list[dict[str, Any]]
-    next_step: dict[str, Any] | None
+    labs: list[records.LabSummary]
+    tests: list[records.TestRecord]
+    next_step: records.NextStep | None
     problem: str = ""
 
     @property
@@ -53,38 +53,38 @@ class CheckReport:
         if self.problem:
             return self.problem
         if not self.lab:
-            done = sum(row["status"] == records.DONE for row in self.labs)
+            done = sum(row.status == records.DONE for row in self.labs)
             return _("{done}/{total} labs done").format(done=done, total=len(self.labs))
-        row = next((r for r in self.labs if r["id"] == self.lab), None)
+        row = next((r for r in self.labs if r.id == self.lab), None)
         if row is None:
             return _("Lab {lab}: no test ran").format(lab=self.lab)
         return _("Lab {lab}: {passed}/{total} {status}").format(
-            lab=self.lab, passed=row["passed"], total=row["total"], status=self._status(row)
+            lab=self.lab, passed=row.passed, total=row.total, status=self._status(row)
         )
 
     def failure_groups(self) -> tuple[list[tuple[str, int]], int]:
         """Distinct failure messages with how many tests gave each (first few), and how many more there are."""
-        counts = Counter(t["message"] or t["outcome"] for t in self.tests if t["outcome"] != "passed")
+        counts = Counter(t.message or t.outcome for t in self.tests if t.outcome != "passed")
         groups = counts.most_common()
         return groups[:MAX_FAILURES], max(0, len(groups) - MAX_FAILURES)
 
-    def _status(self, row: dict[str, Any]) -> str:
+    def _status(self, row: records.LabSummary) -> str:
         # The terminal report's words, so the notebook and `pi-course check` name a status alike.
-        return records.status_text(str(row["status"]), row.get("blocked_by"), bool(row.get("optional")))
+        return records.status_text(row.status, row.blocked_by, row.optional)
 
     def _next(self) -> str:
         # A green run has nothing left to edit, whatever an optional lab elsewhere says.
         if self.passed:
             return ""
-        if self.next_step and self.next_step.get("location"):
-            return _("next: edit {where}").format(where=self.next_step["location"])
+        if self.next_step and self.next_step.location:
+            return _("next: edit {where}").format(where=self.next_step.location)
         return ""
 
     def __str__(self) -> str:
         out = [f"{self.command} · {self.tree}", self.status_line()]
         for row in self.labs:
-            tests = f"{row['passed']}/{row['total']}"
-            out.append(f"  {row['id']:<9} {tests:>7}  {self._status(row)}  {row['title']}")
+            tests = f"{row.passed}/{row.total}"
+            out.append(f"  {row.id:<9} {tests:>7}  {self._status(row)}  {row.title}")
         groups, more = self.failure_groups()
         out += [f"  ✗ ×{count} {message}" for message, count in groups]
         if more:
@@ -105,16 +105,16 @@ class CheckReport:
         rows = [
             el(
                 "tr",
-                el("td", row["id"], style=cell),
-                el("td", f"{row['passed']}/{row['total']}", style=cell),
+                el("td", row.id, style=cell),
+                el("td", f"{row.passed}/{row.total}", style=cell),
                 el(
                     "td",
                     self._status(row),
                     style=style(
-                        cell, f"color:{STATUS_COLOURS.get(row['status'], '#57606a')}", "font-weight:bold"
+                        cell, f"color:{STATUS_COLOURS.get(row.status, '#57606a')}", "font-weight:bold"
                     ),
                 ),
-                el("td", row["title"], style=cell),
+                el("td", row.title, style=cell),
             )
             for row in self.labs
         ]
@@ -161,15 +161,15 @@ def fingerprint(course: Course, checkpoint: Checkpoint, tree: Path) -> str:
 
 def _lab_view(full: CheckReport, lab_id: str, command: str) -> CheckReport:
     """One lab's part of a full run, shaped like a run of that lab's marker alone."""
-    tests = [test for test in full.tests if test.get("lab") == lab_id]
-    passed = bool(tests) and all(test["outcome"] == "passed" for test in tests)
+    tests = [test for test in full.tests if test.lab == lab_id]
+    passed = bool(tests) and all(test.outcome == "passed" for test in tests)
     nxt = full.next_step if full.next_step and not passed else None
     return replace(
         full,
         lab=lab_id,
         command=command,
         returncode=0 if passed else 1,
-        labs=[row for row in full.labs if row["id"] == lab_id],
+        labs=[row for row in full.labs if row.id == lab_id],
         tests=tests,
         next_step=nxt,
     )
@@ -198,7 +198,7 @@ def _run(lab_id: str, timeout: float) -> CheckReport:
         problem = _("the tests did not finish within {seconds:g} s").format(seconds=timeout)
     elif result.collect_errors:
         problem = _("the tests cannot be collected: {message}").format(
-            message=result.collect_errors[0].get("message", "")
+            message=result.collect_errors[0].message
         )
     elif not result.finished:
         problem = _("pytest ended without a report (exit code {code})").format(code=result.returncode)
