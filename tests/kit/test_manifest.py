@@ -14,7 +14,6 @@ from conftest import REPO
 from pi_course_kit.core import folder, manifest
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
-from pi_course_kit.core.records import FolderMeta
 from pi_course_kit.core.staging import marker_line, pytest_ini
 
 
@@ -131,9 +130,10 @@ def _folder_with_meta(tmp_path: Path, meta: dict[str, object]) -> Path:
 
 def test_a_folder_made_before_meta_had_a_format_is_migrated(tmp_path: Path) -> None:
     """Does a meta.json without `format` (the first kits) open, brought up to this kit's format?"""
-    opened = folder.open_folder(_folder_with_meta(tmp_path, {"checkpoint": "a1", "slug": "a1-counter"}))
-    assert opened.meta["format"] == folder.META_FORMAT and opened.meta["hints"] == {}
-    meta = FolderMeta.from_json(opened.meta)
+    root = _folder_with_meta(tmp_path, {"checkpoint": "a1", "slug": "a1-counter"})
+    raw = folder.read_meta(root / folder.META_PATH)
+    assert raw["format"] == folder.META_FORMAT and raw["hints"] == {}
+    meta = folder.open_folder(root).meta
     assert (meta.checkpoint, meta.slug, meta.kit_version, meta.carried) == ("a1", "a1-counter", "?", None)
 
 

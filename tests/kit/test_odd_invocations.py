@@ -111,7 +111,7 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "meta files a list": lambda ws: _meta(ws, lambda m: m.__setitem__("files", [1, 2])),
     "meta teaching files a number": lambda ws: _meta(ws, lambda m: m.__setitem__("teaching_files", 5)),
     "meta hints a list": lambda ws: _meta(ws, lambda m: m.__setitem__("hints", [1])),
-    "meta labs a string": lambda ws: _meta(ws, lambda m: m.__setitem__("labs", "x")),
+    "meta format a string": lambda ws: _meta(ws, lambda m: m.__setitem__("format", "x")),
     "course snapshot not toml": _write("folder/.pi-course/course.toml", b"not toml ["),
     "course snapshot gone": _remove("folder/.pi-course/course.toml"),
     "starter copy gone": _remove("folder/.pi-course/starter"),
@@ -220,8 +220,8 @@ CASES: dict[str, Odd] = {
         ("check",), where="folder", damage="meta teaching files a number"
     ),
     "hint with meta hints a list": Odd(("hint", "1.1"), where="folder", damage="meta hints a list", ok=True),
-    "check --lab with meta labs a string": Odd(
-        ("check", "--lab", "1.1"), where="folder", damage="meta labs a string"
+    "check --lab with meta format a string": Odd(
+        ("check", "--lab", "1.1"), where="folder", damage="meta format a string"
     ),
     "hint with the course snapshot not toml": Odd(
         ("hint", "1.1"), where="folder", damage="course snapshot not toml"

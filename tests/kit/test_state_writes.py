@@ -13,6 +13,7 @@ from learner_support import make_folder
 from pi_course_kit import cli
 from pi_course_kit.core.folder import PracticeFolder, open_folder
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.records import FolderMeta
 from pi_course_kit.learner import guide
 
 
@@ -36,7 +37,7 @@ def test_watch_hint_and_check_interleaved_lose_no_field(
     """Watch opened long ago, hint and check in between, then watch's keys: is every hint count and field kept?"""
     shipped = meta_of(folder)
     watcher = open_folder(folder)  # what `pi-course watch` holds from its start
-    lab: dict[str, object] = {"id": "1.1", "title": "count up"}
+    lab = guide.CurrentLab("1.1", "count up")
     assert guide.handle_key(watcher, "h", lab) == "stay"  # h: hint 1.1, through the command line
     assert cli.main(["hint", "1.2"]) == 0  # another terminal: a hint for 1.2
     assert guide.handle_key(watcher, "l", lab) == "stay"  # l: the list, which records the next lab
@@ -54,14 +55,18 @@ def test_watch_hint_and_check_interleaved_lose_no_field(
     assert {key: final[key] for key in shipped if key != "hints"} == {
         key: value for key, value in shipped.items() if key != "hints"
     }
-    assert watcher.meta == final  # the watcher's copy follows the file after its own write
+    assert watcher.meta == FolderMeta.from_json(
+        final
+    )  # the watcher's copy follows the file after its own write
     assert "hint 2/2 for Lab 1.1" in capsys.readouterr().out
 
 
 def test_a_stale_folder_object_keeps_what_others_wrote(folder: Path) -> None:
     """Does an update through an old PracticeFolder keep a field another command wrote since it was opened?"""
     old = open_folder(folder)
-    PracticeFolder(folder, meta_of(folder)).update(lambda meta: meta.__setitem__("hints", {"1.2": 2}))
+    PracticeFolder(folder, FolderMeta.from_json(meta_of(folder))).update(
+        lambda meta: meta.__setitem__("hints", {"1.2": 2})
+    )
     old.update(lambda meta: meta.__setitem__("last_next_lab", "1.2"))
     assert meta_of(folder)["hints"] == {"1.2": 2}
     assert meta_of(folder)["last_next_lab"] == "1.2"

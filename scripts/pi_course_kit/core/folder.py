@@ -15,6 +15,7 @@ from typing import Any
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import describe_os_error, write_json_atomically
 from pi_course_kit.core.i18n import _
+from pi_course_kit.core.records import FolderMeta
 
 META_DIR = ".pi-course"
 META_FILE = "meta.json"
@@ -26,7 +27,8 @@ KIT_DIR = "kit"
 META_PATH = Path(META_DIR) / META_FILE
 STARTER_DIR = "starter"
 BACKUP_DIR = "backups"
-META_FORMAT = 1
+#: 2: the lab table is no longer copied into meta.json; the folder's course.toml snapshot is the one.
+META_FORMAT = 2
 #: The folder keeps the manifest it was made from, so hint/reset/check work wherever the kit is installed.
 COURSE_SNAPSHOT = "course.toml"
 # Folders that tools create while the learner works; never part of what was shipped or changed.
@@ -60,10 +62,10 @@ def hash_files(root: Path, names: Iterable[str]) -> dict[str, str]:
 
 @dataclass
 class PracticeFolder:
-    """A practice folder: its root and the metadata written when it was made."""
+    """A practice folder: its root and the metadata written when it was made, typed (`FolderMeta`)."""
 
     root: Path
-    meta: dict[str, Any]
+    meta: FolderMeta
 
     @property
     def meta_path(self) -> Path:
@@ -73,7 +75,7 @@ class PracticeFolder:
     @property
     def checkpoint_id(self) -> str:
         """The checkpoint this folder practises, e.g. "06"."""
-        return str(self.meta["checkpoint"])
+        return self.meta.checkpoint
 
     @property
     def starter_dir(self) -> Path:
@@ -105,16 +107,16 @@ class PracticeFolder:
             current = read_meta(self.meta_path)
             change(current)
             write_json_atomically(self.meta_path, current)
-        self.meta = current
+        self.meta = FolderMeta.from_json(current)
 
     @property
     def packages(self) -> set[str]:
         """The top folders of the teaching files: the learner's package (e.g. `pi_course`)."""
-        return {Path(str(name)).parts[0] for name in self.meta.get("teaching_files", []) if name}
+        return {Path(name).parts[0] for name in self.meta.teaching_files if name}
 
     def kit_files(self) -> list[str]:
         """The files the kit shipped that are never the learner's: everything outside their package."""
-        shipped: dict[str, str] = self.meta.get("files", {})
+        shipped = self.meta.files
         packages = self.packages
         return sorted(name for name in shipped if Path(name).parts[0] not in packages)
 
@@ -128,7 +130,7 @@ class PracticeFolder:
 
     def changes(self) -> dict[str, list[str]]:
         """Files modified, deleted and added since the folder was made (by sha256)."""
-        shipped: dict[str, str] = self.meta.get("files", {})
+        shipped = self.meta.files
         now = tracked_files(self.root)
         modified = [
             name for name in now if name in shipped and sha256_file(self.root / name) != shipped[name]
@@ -206,19 +208,11 @@ def _strings(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) and item for item in value)
 
 
-def _labs(value: object) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(lab, dict) and isinstance(lab.get("id"), str) and isinstance(lab.get("marker"), str)
-        for lab in value
-    )
-
-
 #: What the commands rely on in meta.json, checked when it is read: a hand-edited file fails in one line.
 _META_SHAPE: dict[str, Callable[[object], bool]] = {
     "checkpoint": lambda value: isinstance(value, str),
     "teaching_files": _strings,
     "files": lambda value: isinstance(value, dict) and all(isinstance(key, str) and key for key in value),
-    "labs": _labs,
 }
 
 
@@ -228,8 +222,13 @@ def _from_format_0(meta: dict[str, Any]) -> None:
     meta.setdefault("hints", {})
 
 
+def _from_format_1(meta: dict[str, Any]) -> None:
+    """Format 1 kept a copy of the lab table; the folder's course.toml snapshot is the only one now."""
+    meta.pop("labs", None)
+
+
 #: Format N -> the step that brings metadata of format N to N + 1 (in memory; written by the next update).
-MIGRATIONS = {0: _from_format_0}
+MIGRATIONS = {0: _from_format_0, 1: _from_format_1}
 
 
 def migrate_meta(meta: dict[str, Any], path: Path | str) -> dict[str, Any]:
@@ -276,4 +275,4 @@ def write_new_meta(root: Path, meta: dict[str, Any]) -> None:
 def open_folder(start: Path | None = None) -> PracticeFolder:
     """Find and read the practice folder that holds `start` (default: the current directory)."""
     root = find_root(start)
-    return PracticeFolder(root, read_meta(root / META_DIR / META_FILE))
+    return PracticeFolder(root, FolderMeta.from_json(read_meta(root / META_DIR / META_FILE)))

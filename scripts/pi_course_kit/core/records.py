@@ -234,6 +234,8 @@ class FolderMeta:
     #: How many hints of each lab the learner has seen.
     hints: dict[str, int] = field(default_factory=dict)
     carried: Carried | None = None
+    #: The lab the last check named as the next step (where `hint` starts when no lab is named).
+    last_next_lab: str | None = None
 
     @classmethod
     def from_json(cls, data: object) -> FolderMeta:
@@ -267,6 +269,7 @@ class FolderMeta:
             )
             if isinstance(carried, dict)
             else None,
+            last_next_lab=_optional_text(data, "last_next_lab", 40),
         )
 
 

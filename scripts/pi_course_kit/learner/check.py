@@ -54,16 +54,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def lab_marker(folder: PracticeFolder, lab_id: str) -> str:
     """The pytest marker of a lab of this folder's checkpoint, or a KitError listing the labs."""
-    labs = folder.meta.get("labs", [])
-    for lab in labs:
-        if lab["id"] == lab_id or lab["marker"] == lab_id:
-            return str(lab["marker"])
-    with contextlib.suppress(KitError, manifest.ManifestError, OSError, ValueError):
-        # An earlier chapter's optional exercise (carried over by --from) can still be run by name.
-        for info in manifest.load(folder.course_path).checkpoint(folder.checkpoint_id).tree_labs:
-            if info.optional and info.inherited and lab_id in (info.id, info.marker):
-                return info.marker
-    known = ", ".join(str(lab["id"]) for lab in labs)
+    # The folder's one lab table is its course.toml snapshot.
+    checkpoint = manifest.load(folder.course_path).checkpoint(folder.checkpoint_id)
+    for lab in checkpoint.labs:
+        if lab_id in (lab.id, lab.marker):
+            return lab.marker
+    # An earlier chapter's optional exercise (carried over by --from) can still be run by name.
+    for info in checkpoint.tree_labs:
+        if info.optional and info.inherited and lab_id in (info.id, info.marker):
+            return info.marker
+    known = ", ".join(lab.id for lab in checkpoint.labs)
     raise KitError(
         _("unknown lab {lab!r} in checkpoint {checkpoint}; known labs: {known}").format(
             lab=lab_id, checkpoint=folder.checkpoint_id, known=known
@@ -139,7 +139,7 @@ def explain(folder: PracticeFolder, result: RunResult, elapsed: float) -> tuple[
     step = report.next
     if step is not None and step.location:
         step = dataclasses.replace(step, location=short(folder, step.location))
-    lines = records.step_lines(step, records.all_done_text(str(folder.meta.get("kind") or "labs")))
+    lines = records.step_lines(step, records.all_done_text(folder.meta.kind))
     if step is not None and step.unchecked:
         # Nothing is known to be unfinished: a whole run settles it, no lab to edit or hint for.
         lines[-1] += _("   (or: pi-course check)")

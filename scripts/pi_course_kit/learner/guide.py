@@ -13,8 +13,10 @@ import queue
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import PracticeFolder, open_folder
 from pi_course_kit.core.i18n import _
@@ -30,18 +32,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll", action="store_true", help=_("poll for saves (file systems without events)"))
 
 
-def current_lab(folder: PracticeFolder) -> tuple[dict[str, object] | None, RunResult]:
+@dataclass(frozen=True)
+class CurrentLab:
+    """The lab the guide is on: its id and its title in the course's language."""
+
+    id: str
+    title: str
+
+
+def current_lab(folder: PracticeFolder) -> tuple[CurrentLab | None, RunResult]:
     """One quiet run of every test, and the lab the report names next (None once every lab is done).
 
     The report already knows the earliest unfinished lab (records.next_step); this only asks it.
     """
     require_test_files(folder)
     result = run_tests(folder.root, ("--tb=no",), timeout=RUN_TIMEOUT)
-    labs = {str(lab["id"]): lab for lab in folder.meta.get("labs", []) if isinstance(lab, dict)}
+    # The folder's one lab table is its course.toml snapshot.
+    checkpoint = manifest.load(folder.course_path).checkpoint(folder.checkpoint_id)
+    labs = {lab.id: CurrentLab(lab.id, lab.shown_title) for lab in checkpoint.labs}
     report = result.report
     step = report.next
     if step is not None:
-        return labs.get(step.lab, {"id": step.lab, "title": step.title}), result
+        return labs.get(step.lab, CurrentLab(step.lab, step.title)), result
     if report.collect_errors or result.crashed or not report.tests:
         # The run never got to name a lab: stay with the lab that owns the broken line, or the first.
         owner = report.collect_errors[0].lab if report.collect_errors else None
@@ -50,7 +62,7 @@ def current_lab(folder: PracticeFolder) -> tuple[dict[str, object] | None, RunRe
     return None, result
 
 
-def show(folder: PracticeFolder, lab: dict[str, object] | None, result: RunResult) -> None:
+def show(folder: PracticeFolder, lab: CurrentLab | None, result: RunResult) -> None:
     """One screen: the current lab, its first red, where to edit, and the keys."""
     if sys.stdout.isatty():
         print("\033[2J\033[H", end="")
@@ -58,11 +70,11 @@ def show(folder: PracticeFolder, lab: dict[str, object] | None, result: RunResul
         print(_("every lab is done: well done! (q quits)"), flush=True)
         return
     report = result.report
-    row = next((row for row in report.labs if row.id == lab["id"]), None)
+    row = next((row for row in report.labs if row.id == lab.id), None)
     count = f"{row.passed}/{row.total}" if row else "0/0"
     # The report's title speaks the run's language (an English title where the course gives one).
-    title = row.title if row else lab["title"]
-    print(f"Lab {lab['id']} · {title}  ({count})")
+    title = row.title if row else lab.title
+    print(f"Lab {lab.id} · {title}  ({count})")
     for error in report.collect_errors:
         where = short(folder, error.location) or error.nodeid
         print(_("cannot import your code: {where}: {message}").format(where=where, message=error.message))
@@ -73,7 +85,7 @@ def show(folder: PracticeFolder, lab: dict[str, object] | None, result: RunResul
         print(shown.format(what=step.what))
         if step.location:
             print(_("edit: {where}").format(where=short(folder, step.location)))
-    print(_("hint: pi-course hint {lab}").format(lab=lab["id"]))
+    print(_("hint: pi-course hint {lab}").format(lab=lab.id))
     print(
         _("keys: h hint · l list · r reset this lab · q quit   (saving a file re-runs the lab)"), flush=True
     )
@@ -111,7 +123,7 @@ def _saves(folder: PracticeFolder, poll: bool, events: queue.Queue[tuple[str, st
         events.put(("save", ""))
 
 
-def handle_key(folder: PracticeFolder, key: str, lab: dict[str, object] | None) -> str:
+def handle_key(folder: PracticeFolder, key: str, lab: CurrentLab | None) -> str:
     """Do what one key asks: "quit", "rerun" (the lab's files changed: run it again) or "stay".
 
     `folder` may have been opened long ago; every command run from here writes meta.json as a
@@ -123,11 +135,11 @@ def handle_key(folder: PracticeFolder, key: str, lab: dict[str, object] | None) 
     if action == "quit":
         return "quit"
     if action == "hint" and lab is not None:
-        _command("hint", hint, [str(lab["id"])])
+        _command("hint", hint, [lab.id])
     elif action == "list":
         run_once(folder, ["--tb=no"], verbose=False)
     elif action == "reset" and lab is not None:
-        _command("reset", reset, [str(lab["id"])])
+        _command("reset", reset, [lab.id])
         return "rerun"
     return "stay"
 

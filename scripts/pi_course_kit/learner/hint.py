@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
+from dataclasses import replace
 from typing import Any
 
 from pi_course_kit.core import manifest, records
 from pi_course_kit.core.folder import PracticeFolder, open_folder
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import Checkpoint, Course, Lab
+from pi_course_kit.core.records import FolderMeta
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +53,7 @@ def choose_lab(folder: PracticeFolder, course: Course, checkpoint: Checkpoint, w
     done = records.read_progress(folder.root, course.package)
     required = [lab for lab in checkpoint.labs if not lab.optional]
     unfinished = [lab for lab in required if done.get(lab.id) != records.DONE]
-    last = folder.meta.get("last_next_lab")
+    last = folder.meta.last_next_lab
     # The optional exercise is never the default while a required lab is unfinished.
     if last in known and (not known[last].optional or not unfinished):
         return known[last]
@@ -73,9 +75,8 @@ def run(args: argparse.Namespace) -> int:
     hints = lab.shown_hints
     total = len(hints)
 
-    def seen_count(meta: dict[str, Any]) -> int:
-        hints = meta.get("hints")
-        return min(int(hints.get(lab.id, 0)), total) if isinstance(hints, dict) else 0
+    def seen_count(meta: FolderMeta) -> int:
+        return min(meta.hints.get(lab.id, 0), total)
 
     already = seen_count(folder.meta)
     if args.all:
@@ -83,15 +84,14 @@ def run(args: argparse.Namespace) -> int:
     else:
 
         def one_more(meta: dict[str, Any]) -> None:
-            count = seen_count(meta)
-            if not isinstance(meta.get("hints"), dict):
-                meta["hints"] = {}
-            meta["hints"][lab.id] = min(count + 1, total)
+            # The file as it is now, read typed; only the hints entry is written back.
+            now = FolderMeta.from_json(meta)
+            meta["hints"] = {**now.hints, lab.id: min(seen_count(now) + 1, total)}
 
         try:
             folder.update(one_more)  # counts from the file as it is now: another command may have written it
         except OSError as error:
-            folder.meta["hints"] = {lab.id: min(already + 1, total)}
+            folder.meta = replace(folder.meta, hints={**folder.meta.hints, lab.id: min(already + 1, total)})
             print(
                 _("cannot remember this hint in {path} ({reason}); the next one will repeat it").format(
                     path=folder.relative(folder.meta_path), reason=error.strerror or error
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             )
         already = min(seen_count(folder.meta), total)
         shown = range(already - 1, already)
-    seen: dict[str, int] = folder.meta.get("hints") or {}
+    seen = folder.meta.hints
     for index in shown:
         print(
             _("hint {n}/{total} for Lab {lab} · {title}").format(
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             )
         )
         print(f"  {hints[index]}")
-    count = int(seen.get(lab.id, 0))
+    count = seen.get(lab.id, 0)
     if count >= total:
         print(
             _(

@@ -20,7 +20,7 @@ from pi_course_kit.core.folder import META_DIR, META_FILE, open_folder
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.core.records import FolderMeta, Status
+from pi_course_kit.core.records import Status
 from pi_course_kit.core.runner import run_tests
 from pi_course_kit.core.staging import staged
 from pi_course_kit.learner import practice
@@ -74,7 +74,7 @@ def carried_and_replaced(
 
 def replaced_files(dest: Path) -> list[str]:
     """The learner's files that `create_from` took from the course instead (read back from meta.json)."""
-    carried = FolderMeta.from_json(open_folder(dest).meta).carried
+    carried = open_folder(dest).meta.carried
     return list(carried.replaced) if carried is not None else []
 
 
@@ -107,7 +107,7 @@ def create_from(course: Course, checkpoint: Checkpoint, source: Path, dest: Path
 
     def fill_from(root: Path) -> None:
         fill_files(course, checkpoint, root)
-        before = FolderMeta.from_json(folder.meta).carried
+        before = folder.meta.carried
         earlier = list(before.files) if before is not None else []
         carried, replaced = carried_and_replaced(parent, checkpoint, folder.root, earlier)
         for relative in carried:

@@ -406,10 +406,6 @@ def meta_record(course: Course, checkpoint: Checkpoint, root: Path) -> dict[str,
         "kind": checkpoint.kind,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "teaching_files": list(checkpoint.teaching_files),
-        "labs": [
-            {"id": lab.id, "marker": lab.marker, "title": lab.title, "optional": lab.optional}
-            for lab in checkpoint.labs
-        ],
         "files": hash_files(root, shipped),
         "hints": {},
     }

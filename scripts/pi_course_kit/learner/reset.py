@@ -230,7 +230,7 @@ def pristine_kit_files(folder: PracticeFolder, names: list[str]) -> dict[str, by
 
 def restore_kit(folder: PracticeFolder) -> list[str]:
     """Put back every kit file that is missing or changed (a changed one is backed up first)."""
-    shipped: dict[str, str] = folder.meta.get("files", {})
+    shipped = folder.meta.files
     wanted = []
     for name in folder.kit_files():
         path = folder.root / name

@@ -7,7 +7,6 @@ import argparse
 from pi_course_kit import __version__
 from pi_course_kit.core.folder import BACKUP_DIR, META_DIR, open_folder
 from pi_course_kit.core.i18n import _
-from pi_course_kit.core.records import FolderMeta
 from pi_course_kit.learner import check
 
 
@@ -21,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the folder's facts, what changed since it was made, and (unless --no-run) the lab table."""
     folder = open_folder()
-    meta = FolderMeta.from_json(folder.meta)
+    meta = folder.meta
     print(_("practice folder {root}").format(root=folder.root))
     print(
         _("  checkpoint {id} ({slug}), made {created}").format(

@@ -6,6 +6,7 @@ comes from the course manifest the tree belongs to (`Course.package`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -18,6 +19,7 @@ from pi_course_kit.core.folder import COURSE_SNAPSHOT, META_DIR, META_PATH
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.locate import MANIFEST, course_manifest
 from pi_course_kit.core.manifest import Course
+from pi_course_kit.core.records import FolderMeta
 from pi_course_kit.notebook import lab_errors
 
 TREE_ENV = "PI_COURSE_TREE"
@@ -60,9 +62,9 @@ def _checkpoint_of(folder: Path, given: str | None) -> str:
         data = json.loads(meta.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         data = None
-    value = data.get("checkpoint") if isinstance(data, dict) else None
-    if isinstance(value, str) and value:
-        return value
+    with contextlib.suppress(ValueError):  # no checkpoint in it
+        if value := FolderMeta.from_json(data).checkpoint:
+            return value
     if given:
         return given
     raise KitError(f'{folder} has no {META}; name the checkpoint, e.g. use_tree("<id>") as in course.toml')

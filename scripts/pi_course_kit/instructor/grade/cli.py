@@ -22,7 +22,7 @@ from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Course
-from pi_course_kit.core.records import clean
+from pi_course_kit.core.records import FolderMeta, clean
 from pi_course_kit.instructor.grade import (
     class_report,
     classroom,
@@ -250,7 +250,10 @@ def _checkpoint_of(folder: Path) -> str | None:
         meta = json.loads(data.decode("utf-8")) if data is not None else None
     except (copying.Refused, OSError, ValueError):
         return None
-    return str(meta["checkpoint"]) if isinstance(meta, dict) and "checkpoint" in meta else None
+    try:
+        return FolderMeta.from_json(meta).checkpoint
+    except ValueError:  # no checkpoint in it
+        return None
 
 
 def graded_checkpoints(course: Course, given: str | None, folders: Sequence[Path]) -> list[str]:
