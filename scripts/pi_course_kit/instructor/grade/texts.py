@@ -12,6 +12,7 @@ from functools import cache
 
 from pi_course_kit.core import i18n
 from pi_course_kit.core.records import Status
+from pi_course_kit.instructor.grade.gradebook import Grade
 
 
 @cache
@@ -37,15 +38,15 @@ _LAB_STATUS: dict[str, str] = {
 }
 
 #: A learner record's status -> msgid.
-_RECORD_STATUS = {
-    "complete": "all labs complete",
-    "partial": "partly complete",
-    "not started": "not started",
-    "error": "cannot run (the code does not import, or the submission has a problem)",
-    "timeout": "timed out (an endless loop?)",
-    "crashed": "the test run ended unexpectedly",
-    "skipped": "not graded (not a gradable submission)",
-    "sandbox-error": "the grading environment failed (not your code; tell your instructor)",
+_RECORD_STATUS: dict[str, str] = {
+    Grade.COMPLETE: "all labs complete",
+    Grade.PARTIAL: "partly complete",
+    Grade.NOT_STARTED: "not started",
+    Grade.ERROR: "cannot run (the code does not import, or the submission has a problem)",
+    Grade.TIMEOUT: "timed out (an endless loop?)",
+    Grade.CRASHED: "the test run ended unexpectedly",
+    Grade.SKIPPED: "not graded (not a gradable submission)",
+    Grade.SANDBOX_ERROR: "the grading environment failed (not your code; tell your instructor)",
 }
 
 _CREDIT_RULE = {
