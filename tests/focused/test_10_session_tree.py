@@ -363,7 +363,10 @@ class Tagged(list[int]):
 
 
 #: The course's matrix of values that must not cross the boundary, each with the exact message.
-INVALID_ENTRIES: list[tuple[str, Callable[[], object], str]] = [
+#: A row's message is the exact literal, or the literals it may be when a later checkpoint (whose
+#: solution this test also runs against) reads the same field: from 15 on, toolsAdded is a known
+#: system message field, so an empty one is refused for being empty instead of for being unknown.
+INVALID_ENTRIES: list[tuple[str, Callable[[], object], str | tuple[str, ...]]] = [
     ("array", lambda: [], "session entry 必须是 object"),
     ("empty id", lambda: user_entry_wire(id=""), "session entry.id 必须是非空 string"),
     (
@@ -404,7 +407,10 @@ INVALID_ENTRIES: list[tuple[str, Callable[[], object], str]] = [
     (
         "system unknown field",
         lambda: with_message({"role": "system", "content": "base", "toolsAdded": [], "timestamp": 1}),
-        "session entry x.message 包含未知字段 toolsAdded",
+        (
+            "session entry x.message 包含未知字段 toolsAdded",
+            "session entry x.message.toolsAdded 必须是非空 array",
+        ),
     ),
     (
         "unknown nested field",
@@ -592,10 +598,11 @@ MORE_INVALID_ENTRIES: list[tuple[str, Callable[[], object], str]] = [
     ("label", "make", "message"), INVALID_ENTRIES, ids=[row[0] for row in INVALID_ENTRIES]
 )
 def test_parse_session_entry_refuses_unknown_shapes_and_values_that_are_not_json_safe(
-    label: str, make: Callable[[], object], message: str
+    label: str, make: Callable[[], object], message: str | tuple[str, ...]
 ) -> None:
     """课程列出的每一种未知形状或非 JSON-safe 值，是否都被运行时边界拒绝，并给出契约里一字不差的消息？"""
-    assert error_of(lambda: parse_session_entry(make())) == message, f"{label} 不应通过运行时边界"
+    allowed = message if isinstance(message, tuple) else (message,)
+    assert error_of(lambda: parse_session_entry(make())) in allowed, f"{label} 不应通过运行时边界"
 
 
 #: The message for an unknown entry type names the types the boundary knows, and checkpoint 11 adds
