@@ -8,37 +8,15 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, ClassVar
 
 from markupsafe import Markup
 
 from pi_course_kit.core.markup import el, style
+from pi_course_kit.core.schemas import draft_2020_12
 from pi_course_kit.notebook.views import PRE, json_html
-
-# rfc3987_syntax compiles a grammar when imported (about 2.5 s here), and jsonschema imports it only to
-# check the "iri" formats, which the Draft 2020-12 meta-schema never uses. Blocking it while jsonschema
-# loads keeps a notebook run short without changing what check_schema reports.
-_SLOW_OPTIONAL = "rfc3987_syntax"
-
-
-@cache
-def draft_2020_12() -> tuple[Any, type[Exception]]:
-    """jsonschema's Draft 2020-12 validator class and its SchemaError, imported once and quickly."""
-    blocked = _SLOW_OPTIONAL not in sys.modules and "jsonschema" not in sys.modules
-    if blocked:
-        sys.modules[_SLOW_OPTIONAL] = None  # type: ignore[assignment]
-    try:
-        # Stubs (types-jsonschema) may or may not be installed; the two names used here are covered by the kit's tests.
-        from jsonschema import Draft202012Validator  # type: ignore[import-untyped,unused-ignore]
-        from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped,unused-ignore]
-    finally:
-        if blocked:
-            del sys.modules[_SLOW_OPTIONAL]
-    return Draft202012Validator, SchemaError
 
 
 def _fields(definition: object) -> tuple[str, str, dict[str, Any]]:

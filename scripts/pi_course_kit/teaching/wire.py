@@ -12,8 +12,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from pi_course_kit.core.schemas import draft_2020_12
 from pi_course_kit.notebook.views import plain
-from pi_course_kit.teaching.adapters import ProviderPair, draft_2020_12
+from pi_course_kit.teaching.adapters import ProviderPair
 
 _TEXT = {
     "type": "object",

@@ -18,7 +18,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -26,6 +25,7 @@ from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
 from pi_course_kit.core.records import Status
+from pi_course_kit.core.schemas import draft_2020_12
 from pi_course_kit.instructor.grade import copying, feedback, roster, texts
 from pi_course_kit.instructor.grade.gradebook import SANDBOX_ERROR, SKIPPED, LearnerRecord, points_of
 
@@ -135,7 +135,8 @@ def pinned_requirements(requirements: Sequence[str]) -> list[str]:
 
 def validate(results: dict[str, Any]) -> None:
     """Raise jsonschema.ValidationError when `results` strays from Gradescope's published fields."""
-    jsonschema.validate(results, RESULTS_SCHEMA)
+    validator, _schema_error = draft_2020_12()
+    validator(RESULTS_SCHEMA).validate(results)
 
 
 def find_submission(folder: Path, package: str) -> Path | None:
