@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from conftest import FX
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.regions import strip_solution
 
 REPO_PARTS = ("course.toml", "labs", "solutions", "tests/focused", "notebooks", "docs")
 
@@ -128,3 +130,23 @@ def test_unknown_checkpoint_and_missing_root_are_refused(
     assert "unknown checkpoint '99'; known checkpoints: a1, a2" in capsys.readouterr().err
     assert cli.main(["build-labs", "--root", str(tmp_path / "nowhere")]) == 2
     assert "--course" in capsys.readouterr().err
+
+
+def test_a_starter_whose_package_import_spans_lines_still_parses() -> None:
+    """When a file's only import of its own package is parenthesised over several lines, does the starter
+    import LabNotImplemented after that statement, not inside its parentheses?"""
+    solution = (
+        '"""A module of the course."""\n\n'
+        "from .codec import (\n"
+        "    decode,\n"
+        "    encode,\n"
+        ")\n\n\n"
+        "def answer() -> int:\n"
+        "    # BEGIN LAB 1.1 answer\n"
+        "    return len(encode(decode('x')))\n"
+        "    # END LAB 1.1\n"
+    )
+    starter = strip_solution(solution, "fx_course/bridge.py", {"1.1"})
+    ast.parse(starter)
+    assert "    encode,\n)\nfrom .lab import LabNotImplemented\n" in starter
+    assert 'raise LabNotImplemented("1.1", "answer")' in starter

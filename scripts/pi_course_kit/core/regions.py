@@ -120,12 +120,15 @@ def strip_solution(
 def _add_import(source: str, import_line: str = IMPORT) -> str:
     """Import LabNotImplemented among the package's own imports, in sorted place (or after the docstring)."""
     lines = source.splitlines(keepends=True)
-    local = [i for i, line in enumerate(lines) if line.startswith("from .")]
-    if local:
-        after = [i for i in local if lines[i] > import_line]
-        lines.insert(after[0] if after else local[-1] + 1, import_line)
-        return "".join(lines)
     body = ast.parse(source).body
+    # The package's own imports as statements, so a parenthesised one spanning lines stays whole.
+    local = [node for node in body if isinstance(node, ast.ImportFrom) and node.level == 1]
+    if local:
+        after = [node for node in local if lines[node.lineno - 1] > import_line]
+        lines.insert(
+            after[0].lineno - 1 if after else (local[-1].end_lineno or local[-1].lineno), import_line
+        )
+        return "".join(lines)
     imports = [node for node in body if isinstance(node, ast.Import | ast.ImportFrom)]
     docstring = body[:1] if body and isinstance(body[0], ast.Expr) else []
     anchor = imports or docstring
