@@ -29,9 +29,9 @@ def finished_folder(course: Course, checkpoint: Checkpoint, dest: Path) -> Path:
 
 
 def practice_import_limit(course: Course, checkpoint: Checkpoint) -> float:
-    """The practice folder's bound on importing the learner's code: pytest.ini's per-test timeout."""
-    found = re.search(r"^timeout = (\S+)$", pytest_ini(course, checkpoint), re.MULTILINE)
-    assert found, "pytest.ini sets no timeout"
+    """The practice folder's bound on importing the learner's code, as its pytest.ini sets it."""
+    found = re.search(r"^pi_course_import_timeout = (\S+)$", pytest_ini(course, checkpoint), re.MULTILINE)
+    assert found, "pytest.ini sets no import bound"
     return float(found.group(1))
 
 
@@ -49,7 +49,7 @@ def test_an_import_slower_than_the_practice_bound_still_grades_complete(
     )
     out = tmp_path / "grades.jsonl"
     code = cli.main(
-        ["grade", str(folder), "--json", str(out), "--jobs", "1", "--timeout", "60", "--quiet", *FX]
+        ["grade", str(folder), "--json", str(out), "--jobs", "1", "--timeout", "90", "--quiet", *FX]
     )
     [record] = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert (record["status"], record["message"]) == ("complete", "")

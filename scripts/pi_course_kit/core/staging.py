@@ -27,6 +27,12 @@ def marker_line(lab: Lab) -> str:
     return f"{lab.marker}: {lab.id} | {lab.title}{flags}{implements}{english}"
 
 
+#: The bound on importing a tree's tests, seconds. Later checkpoints import every earlier chapter's test
+#: modules (about twenty by 19), which takes 7-10 s on a busy two-core machine: the per-test timeout
+#: would call that a hang. An import-time endless loop is still stopped, and named, at this bound.
+IMPORT_SECONDS = 30
+
+
 def pytest_ini(course: Course, checkpoint: Checkpoint, timeout_seconds: int = 10) -> str:
     """The pytest configuration of a staged tree: its own package first, nothing cached."""
     markers = "\n".join(f"    {marker_line(lab)}" for lab in checkpoint.tree_labs)
@@ -49,6 +55,8 @@ def pytest_ini(course: Course, checkpoint: Checkpoint, timeout_seconds: int = 10
         "# A learner's endless loop is stopped, reported under its lab, and the run goes on.\n"
         f"timeout = {timeout_seconds}\n"
         "timeout_method = signal\n"
+        "# Importing the tests (and with them the learner's code) has its own, larger bound.\n"
+        f"pi_course_import_timeout = {max(IMPORT_SECONDS, timeout_seconds)}\n"
         "# The learner's package, for the report (where to look for their code and their progress).\n"
         f"pi_course_package = {course.package}\n"
         "# The language of the report when the learner names none (course.toml's [course] language).\n"

@@ -27,8 +27,13 @@ from traitlets.config import Config
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import replace_file
 from pi_course_kit.core.i18n import LANG_ENV, _
+from pi_course_kit.notebook.checks import RUN_SECONDS
 from pi_course_kit.notebook.helpers import TREE_ENV
 from pi_course_kit.notebook.tree import course_of
+
+#: The bound on one cell: longer than a progress() cell's own bound on its test run, so that a slow run
+#: ends with the cell's own message, never with the kernel's time-out.
+CELL_SECONDS = RUN_SECONDS + 60
 
 KERNEL_NAME = "python3"
 LAB_ERROR = "LabNotImplemented"
@@ -94,7 +99,7 @@ def execute(
     *,
     cwd: Path,
     env: Mapping[str, str] | None = None,
-    timeout: float = 120,
+    timeout: float = CELL_SECONDS,
 ) -> NotebookNode:
     """Run every cell of a copy of `nb` in a fresh `python3` kernel started in `cwd`; errors stay as outputs."""
     run = copy.deepcopy(nb)
@@ -152,7 +157,7 @@ def cell_errors(nb: NotebookNode, *, allow_lab_errors: bool = False, name: str =
 
 
 def notebook_errors(
-    notebook: Path, tree: Path, *, package: str, allow_lab_errors: bool = False, timeout: float = 120
+    notebook: Path, tree: Path, *, package: str, allow_lab_errors: bool = False, timeout: float = CELL_SECONDS
 ) -> list[str]:
     """Execute a copy of `notebook` against `tree`; one line per offending cell, empty when all is fine.
 
@@ -172,7 +177,7 @@ def notebook_errors(
     return problems + cell_errors(executed, allow_lab_errors=allow_lab_errors, name=notebook.name)
 
 
-def repo_run(notebook: Path, timeout: float = 120) -> NotebookNode:
+def repo_run(notebook: Path, timeout: float = CELL_SECONDS) -> NotebookNode:
     """Execute the notebook the way a reader of the repository does: kernel in its folder, the solution."""
     notebook = Path(notebook).resolve()
     return execute(
@@ -251,7 +256,7 @@ def _tidy(nb: NotebookNode) -> None:
                 output["metadata"] = {}
 
 
-def refresh(notebook: Path, timeout: float = 120) -> list[str]:
+def refresh(notebook: Path, timeout: float = CELL_SECONDS) -> list[str]:
     """Re-execute `notebook` against the solution and store its outputs; returns problems (nothing written then)."""
     notebook = Path(notebook)
     executed = repo_run(notebook, timeout=timeout)
@@ -263,7 +268,7 @@ def refresh(notebook: Path, timeout: float = 120) -> list[str]:
     return []
 
 
-def freshness_problems(notebook: Path, timeout: float = 120) -> list[str]:
+def freshness_problems(notebook: Path, timeout: float = CELL_SECONDS) -> list[str]:
     """Re-execute `notebook` against the solution and list the cells whose stored outputs are stale."""
     notebook = Path(notebook)
     return stale_cells(load(notebook), repo_run(notebook, timeout=timeout), path=str(notebook))
@@ -282,7 +287,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK")
     parser.add_argument("--tree", type=Path, help=_("folder holding the course's package (with --errors)"))
     parser.add_argument("--allow-lab-errors", action="store_true", help=_("LabNotImplemented is expected"))
-    parser.add_argument("--timeout", type=float, default=120, help=_("seconds per cell (default 120)"))
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=CELL_SECONDS,
+        help=_("seconds per cell (default {seconds:g})").format(seconds=CELL_SECONDS),
+    )
 
 
 def run(args: argparse.Namespace) -> int:

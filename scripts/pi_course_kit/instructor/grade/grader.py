@@ -55,7 +55,7 @@ RERUN_FLAG = (
     "re-run once: the first run ended without its report (exit code {code}); graded by the second run"
 )
 #: Importing the tests and the learner's code may take this share of the wall time when grading (the
-#: practice folder's bound is the per-test timeout): on a busy machine an honest import can take longer.
+#: practice folder's bound is staging.IMPORT_SECONDS): on a busy machine an honest import takes longer.
 IMPORT_SHARE = 0.5
 IMPORT_TIMEOUT_INI = "pi_course_import_timeout"  # the report plugin's ini key (core/report_plugin.py)
 
