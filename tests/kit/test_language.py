@@ -294,3 +294,32 @@ def test_the_chinese_course_in_an_english_locale_speaks_english(real_course: Cou
     assert len(asked) == 1, outputs["check"]  # the failing test's question, in English
     assert checkpoint.labs[0].hints_en[0] in outputs["hint"]
     assert _offending(outputs, chinese_line) == []
+
+
+def test_the_grading_summary_speaks_the_runs_one_language(
+    real_course: Course,
+    each_checkpoint: Checkpoint,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Does `grade`'s class summary, after a run, come out wholly in Chinese for the Chinese course, and
+    wholly in English with PI_COURSE_LANG=en (the status words aside, which are the gradebook's codes)?"""
+    from pi_course_kit.core import i18n
+    from pi_course_kit.instructor.grade import cli as grade_cli
+    from sample_class import sample_class
+
+    records, _mutations = sample_class(real_course, each_checkpoint)
+    statuses = sorted({str(record.status) for record in records}, key=len, reverse=True)
+    for language, foreign in (("zh_CN", english_line), ("en", chinese_line)):
+        monkeypatch.setenv(i18n.LANG_ENV, language)
+        monkeypatch.setattr(i18n, "_current", None)
+        grade_cli._print_summary(real_course, records)
+        lines = capsys.readouterr().out.splitlines()
+        assert lines
+
+        def bare(line: str) -> str:
+            for status in statuses:
+                line = line.replace(status, "")
+            return line
+
+        assert [line for line in lines if foreign(bare(line))] == [], language

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.runner import JSON_ENV
 from pi_course_kit.instructor.grade import seccomp
 from pi_course_kit.instructor.grade.sandbox import Limits, Sandboxed
@@ -48,22 +49,29 @@ SCRATCH_BYTES = 64 * 1024 * 1024
 CAP_SYS_ADMIN = 21  # linux/capability.h
 MFD_NOEXEC_SEAL = 0x0008  # linux/memfd.h, Linux 6.3; not in Python's os before 3.12
 
-FIX = {
-    "missing": "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`)",
-    "userns": (
-        "unprivileged user namespaces are blocked here. On Ubuntu >= 23.10 allow them for bwrap with an "
-        "AppArmor profile (`/etc/apparmor.d/bwrap` with `userns,`) or `sysctl kernel.apparmor_restrict_unprivileged_userns=0`; "
-        "elsewhere `sysctl kernel.unprivileged_userns_clone=1` / `user.max_user_namespaces=15000`; in a container, "
-        "run it with a seccomp profile that allows clone(CLONE_NEWUSER), or grade as root with CAP_SYS_ADMIN"
-    ),
-    "root": (
-        "as root, bwrap builds the namespaces itself when it has CAP_SYS_ADMIN; without it (a default "
-        "container) the grader drops to an unprivileged uid and bwrap needs an unprivileged user namespace, "
-        "which is blocked here; allow them (`sysctl kernel.unprivileged_userns_clone=1`, a seccomp profile "
-        "that allows clone(CLONE_NEWUSER)), or give the container CAP_SYS_ADMIN (e.g. "
-        "`docker run --cap-add SYS_ADMIN --security-opt seccomp=unconfined`)"
-    ),
-}
+
+def fix(kind: str) -> str:
+    """What to do when the sandbox cannot be built here, in the run's language (`missing`, `userns`, `root`)."""
+    texts = {
+        "missing": _(
+            "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`)"
+        ),
+        "userns": _(
+            "unprivileged user namespaces are blocked here. On Ubuntu >= 23.10 allow them for bwrap with an "
+            "AppArmor profile (`/etc/apparmor.d/bwrap` with `userns,`) or "
+            "`sysctl kernel.apparmor_restrict_unprivileged_userns=0`; elsewhere "
+            "`sysctl kernel.unprivileged_userns_clone=1` / `user.max_user_namespaces=15000`; in a container, "
+            "run it with a seccomp profile that allows clone(CLONE_NEWUSER), or grade as root with CAP_SYS_ADMIN"
+        ),
+        "root": _(
+            "as root, bwrap builds the namespaces itself when it has CAP_SYS_ADMIN; without it (a default "
+            "container) the grader drops to an unprivileged uid and bwrap needs an unprivileged user namespace, "
+            "which is blocked here; allow them (`sysctl kernel.unprivileged_userns_clone=1`, a seccomp profile "
+            "that allows clone(CLONE_NEWUSER)), or give the container CAP_SYS_ADMIN (e.g. "
+            "`docker run --cap-add SYS_ADMIN --security-opt seccomp=unconfined`)"
+        ),
+    }
+    return texts[kind]
 
 
 class SandboxUnavailable(Exception):
@@ -454,10 +462,10 @@ def probe(scratch: Path, uid: int | None) -> Probe:
     """Try the sandbox once; raise SandboxUnavailable with the fix when it cannot be built."""
     if not sys.platform.startswith("linux"):
         raise SandboxUnavailable(
-            "grading needs Linux with bubblewrap; elsewhere pass --unsafe (no isolation)"
+            _("grading needs Linux with bubblewrap; elsewhere pass --unsafe (no isolation)")
         )
     if shutil.which("bwrap") is None:
-        raise SandboxUnavailable(f"bubblewrap (`bwrap`) is not installed: {FIX['missing']}")
+        raise SandboxUnavailable(_("bubblewrap (`bwrap`) is not installed: {fix}").format(fix=fix("missing")))
     try:
         seccomp.program()
     except seccomp.FilterUnavailable as error:
@@ -468,13 +476,20 @@ def probe(scratch: Path, uid: int | None) -> Probe:
     check = f"import os, pytest, hypothesis; assert os.getuid() != 0; open(os.environ['{JSON_ENV}'], 'w').write('ok')"
     result = sandboxed(work, out, None, ["-c", check], Limits(wall_seconds=60), uid, {})
     if result.returncode == 0 and (out / "report.jsonl").read_text(encoding="utf-8") == "ok":
-        who = f"as uid {uid} (root drops privileges)" if uid is not None else "in a user namespace"
+        who = _("as uid {uid} (root drops privileges)") if uid is not None else _("in a user namespace")
         if as_user(uid) is not None:
-            who = f"in a user namespace as uid {uid} (root without CAP_SYS_ADMIN drops privileges first)"
-        return Probe(BWRAP, f"bubblewrap sandbox {who}: no network, allow-listed files, private /tmp")
+            who = _("in a user namespace as uid {uid} (root without CAP_SYS_ADMIN drops privileges first)")
+        return Probe(
+            BWRAP,
+            _("bubblewrap sandbox {who}: no network, allow-listed files, private /tmp").format(
+                who=who.format(uid=uid)
+            ),
+        )
     reason = result.output.strip().splitlines()[-1] if result.output.strip() else f"exit {result.returncode}"
-    fix = FIX["root"] if uid is not None else FIX["userns"]
-    raise SandboxUnavailable(f"the bubblewrap sandbox does not work here ({reason[:200]}): {fix}")
+    what = fix("root") if uid is not None else fix("userns")
+    raise SandboxUnavailable(
+        _("the bubblewrap sandbox does not work here ({reason}): {fix}").format(reason=reason[:200], fix=what)
+    )
 
 
 class UidPool:
@@ -500,7 +515,11 @@ class UidPool:
             self.uids.append(FIRST_UID + slot)
             self._handles.append(handle)
         if len(self.uids) < count:
-            raise SandboxUnavailable(f"no free sandbox uids left in {self.lock_dir}; wait for other batches")
+            raise SandboxUnavailable(
+                _("no free sandbox uids left in {folder}; wait for other batches").format(
+                    folder=self.lock_dir
+                )
+            )
 
     def close(self) -> None:
         """Release the uids (the kernel releases them too when the grader dies)."""

@@ -157,19 +157,27 @@ def cpus() -> int:
 def _check_output(path: Path | None, option: str) -> None:
     if path is not None and not path.parent.is_dir():
         raise KitError(
-            f"{option} {path}: folder {path.parent} does not exist; create it or choose another file"
+            _("{option} {path}: folder {folder} does not exist; create it or choose another file").format(
+                option=option, path=path, folder=path.parent
+            )
         )
     if path is not None and path.is_dir():
-        raise KitError(f"{option} {path}: is a folder; give a file name")
+        raise KitError(_("{option} {path}: is a folder; give a file name").format(option=option, path=path))
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
     for option in ("json", "output", "csv", "junit", "report", "class_report", "classroom"):
         _check_output(getattr(args, option, None), f"--{option.replace('_', '-')}")
     if args.feedback is not None and args.feedback.exists() and not args.feedback.is_dir():
-        raise KitError(f"--feedback {args.feedback}: is a file; give a folder for the feedback files")
+        raise KitError(
+            _("--feedback {path}: is a file; give a folder for the feedback files").format(path=args.feedback)
+        )
     if args.feedback is not None and not args.feedback.parent.is_dir():
-        raise KitError(f"--feedback {args.feedback}: folder {args.feedback.parent} does not exist; create it")
+        raise KitError(
+            _("--feedback {path}: folder {folder} does not exist; create it").format(
+                path=args.feedback, folder=args.feedback.parent
+            )
+        )
 
 
 def _fraction(record: LearnerRecord, lab_id: str) -> str:
@@ -210,22 +218,40 @@ def write_outputs(args: argparse.Namespace, course: Course, records: Sequence[Le
 def _print_summary(course: Course, records: Sequence[LearnerRecord]) -> None:
     overview = summary(records)
     statuses = ", ".join(f"{count} {status}" for status, count in sorted(overview.statuses.items()))
-    print(f"class: {overview.learners} folder(s), {overview.graded} graded: {statuses}")
+    print(
+        _("class: {folders} folder(s), {graded} graded: {statuses}").format(
+            folders=overview.learners, graded=overview.graded, statuses=statuses
+        )
+    )
     # The same figures as the class report's cards (one computation), so the two never disagree.
     figures = statistics.statistics(course, records)
-    extra = f", extra credit +{figures.mean_extra:g} of +{figures.extra_max:g}" if figures.extra_max else ""
-    print(
-        f"  mean score {figures.mean:g}/{figures.required_max:g} over all {figures.learners} learner(s) "
-        f"(a submission that could not be scored counts 0){extra}"
+    extra = (
+        _(", extra credit +{mean:g} of +{most:g}").format(mean=figures.mean_extra, most=figures.extra_max)
+        if figures.extra_max
+        else ""
     )
+    mean = _(
+        "  mean score {mean:g}/{most:g} over all {learners} learner(s) (a submission that could not be scored counts 0)"
+    )
+    print(mean.format(mean=figures.mean, most=figures.required_max, learners=figures.learners) + extra)
     for row in overview.labs:
-        print(f"  Lab {row.id}: {row.done}/{row.graded} done, mean {row.mean_passed}/{row.total} tests")
+        print(
+            _("  Lab {lab}: {done}/{graded} done, mean {passed}/{total} tests").format(
+                lab=row.id, done=row.done, graded=row.graded, passed=row.mean_passed, total=row.total
+            )
+        )
     if overview.tests_edited:
-        print(f"  {overview.tests_edited} learner(s) edited the focused tests (the edits had no effect)")
+        print(
+            _("  {count} learner(s) edited the focused tests (the edits had no effect)").format(
+                count=overview.tests_edited
+            )
+        )
     ungraded = [r for r in records if r.status in UNGRADED]
     if ungraded:
         print(
-            f"  {len(ungraded)} submission(s) could not be graded, e.g. {ungraded[0].learner}: {ungraded[0].message}"
+            _("  {count} submission(s) could not be graded, e.g. {learner}: {message}").format(
+                count=len(ungraded), learner=ungraded[0].learner, message=ungraded[0].message
+            )
         )
 
 
@@ -279,7 +305,7 @@ def merge(args: argparse.Namespace) -> int:
     files = list(args.dirs[1:])
     if not files or args.output is None:
         raise KitError(
-            "merge needs the shards' files and -o FILE: pi-course grade merge A.jsonl B.jsonl -o all.jsonl"
+            _("merge needs the shards' files and -o FILE: pi-course grade merge A.jsonl B.jsonl -o all.jsonl")
         )
     _check_outputs(args)
     course = load_course(args)
@@ -288,13 +314,19 @@ def merge(args: argparse.Namespace) -> int:
     for record in records:
         if record.learner in seen:
             raise KitError(
-                f"learner {record.learner!r} is in more than one shard file; merge each shard once"
+                _("learner {learner!r} is in more than one shard file; merge each shard once").format(
+                    learner=record.learner
+                )
             )
         seen.add(record.learner)
     write_json_lines(args.output, records)
     write_outputs(args, course, records)
     _print_summary(course, records)
-    print(f"merged {len(files)} file(s): {len(records)} learner(s) into {args.output}")
+    print(
+        _("merged {files} file(s): {learners} learner(s) into {output}").format(
+            files=len(files), learners=len(records), output=args.output
+        )
+    )
     return 1 if any(r.status in UNGRADED for r in records) else 0
 
 
@@ -308,12 +340,12 @@ def run(args: argparse.Namespace) -> int:
         or args.memory < 64
         or args.processes < 4
     ):
-        raise KitError("--jobs must be >= 1, --timeout > 0, --memory >= 64 (MiB) and --processes >= 4")
+        raise KitError(_("--jobs must be >= 1, --timeout > 0, --memory >= 64 (MiB) and --processes >= 4"))
     if args.output is not None:
-        raise KitError("-o/--output is for `pi-course grade merge`; use --json FILE when grading")
+        raise KitError(_("-o/--output is for `pi-course grade merge`; use --json FILE when grading"))
     _check_outputs(args)
     if args.classroom is not None and args.checkpoint is None:
-        raise KitError("--classroom needs --checkpoint ID (the checkpoint this repository practises)")
+        raise KitError(_("--classroom needs --checkpoint ID (the checkpoint this repository practises)"))
     # A learner's repository has the installed kit's course (no solutions); graders have a checkout.
     course = manifest.load(course_manifest(args.root)) if args.classroom else load_course(args)
     if args.checkpoint is not None:
@@ -335,7 +367,7 @@ def run(args: argparse.Namespace) -> int:
         processes=args.processes,
     )
     if args.unsafe and args.fresh_sandbox:
-        raise KitError("--fresh-sandbox and --unsafe contradict each other: choose one")
+        raise KitError(_("--fresh-sandbox and --unsafe contradict each other: choose one"))
     grader = Grader(
         course, limits, args.jobs, args.checkpoint, unsafe=args.unsafe, fresh_sandboxes=args.fresh_sandbox
     )
@@ -343,8 +375,10 @@ def run(args: argparse.Namespace) -> int:
         classroom.use_starter_reference(grader, course, course.checkpoint(args.checkpoint))
     if args.unsafe:
         print(
-            "pi-course grade: warning: --unsafe: learner code runs with your own rights, limited only in time, "
-            "memory and processes; every record says so",
+            _(
+                "pi-course grade: warning: --unsafe: learner code runs with your own rights, limited only in "
+                "time, memory and processes; every record says so"
+            ),
             file=sys.stderr,
         )
     # The table's lab columns are the labs of the checkpoint(s) graded, not of every checkpoint of the course.
@@ -353,14 +387,17 @@ def run(args: argparse.Namespace) -> int:
     default_checkpoint = Counter(checkpoints).most_common(1)[0][0] if checkpoints else None
     name_width = max([7, *(cell_len(shown(clean(entry.learner, 200))) for entry in entries)])
     if not args.quiet:
-        shard = f" (shard {args.shard})" if args.shard else ""
+        shard = _(" (shard {shard})").format(shard=args.shard) if args.shard else ""
         print(
-            f"grading {len(pairs)} submission(s){shard}, {args.jobs} at a time, sandbox: {grader.probe_message}"
+            _("grading {count} submission(s){shard}, {jobs} at a time, sandbox: {sandbox}").format(
+                count=len(pairs), shard=shard, jobs=args.jobs, sandbox=grader.probe_message
+            )
         )
+        name_width = max(name_width, cell_len(_("learner")))
         print(
-            f"{_pad('learner', name_width)}  {'status':<13}  {'points':>9}  "
+            f"{_pad(_('learner'), name_width)}  {_pad(_('status'), 13)}  {_pad(_('points'), 9, right=True)}  "
             + "".join(f"{_pad(lab, 9, right=True)}  " for lab in lab_ids)
-            + "notes"
+            + _("notes")
         )
     ids = iter([learner for learner, _ in pairs])
 

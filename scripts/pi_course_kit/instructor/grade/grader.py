@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import META_PATH, migrate_meta
+from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
 from pi_course_kit.core.records import FolderMeta, RunReport, clean
 from pi_course_kit.core.runner import JSON_ENV, pytest_command
@@ -177,7 +178,10 @@ class Grader:
                 self.all_slots.append(slot)
                 self.slots.put(slot)
             if unsafe:
-                self.level, self.probe_message = bwrap.UNSAFE, "no sandbox: resource limits only (--unsafe)"
+                self.level, self.probe_message = (
+                    bwrap.UNSAFE,
+                    _("no sandbox: resource limits only (--unsafe)"),
+                )
             else:
                 found = bwrap.probe(self.scratch, uids[0])
                 self.level, self.probe_message = found.level, found.message
