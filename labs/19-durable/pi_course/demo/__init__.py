@@ -1,0 +1,1 @@
+"""Demonstrations that run offline: fixed data, no model, no network, no file access."""
