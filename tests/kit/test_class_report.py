@@ -90,10 +90,13 @@ def test_cards_terminal_and_gradebook_give_the_same_figures(
     assert shown[texts._(class_report.WORDS["mean"])] == f"{figures.mean:g} / {figures.required_max:g}"
     cli._print_summary(real_course, records)
     terminal = capsys.readouterr().out
-    assert f"{figures.graded} graded" in terminal.splitlines()[0]
-    assert (
-        f"mean score {figures.mean:g}/{figures.required_max:g} over all {len(records)} learner(s)" in terminal
+    # The terminal speaks the same language as the page (the course's, here).
+    head = i18n._("class: {folders} folder(s), {graded} graded: {statuses}").split("{statuses}")[0]
+    assert terminal.splitlines()[0].startswith(head.format(folders=len(records), graded=figures.graded))
+    mean = i18n._(
+        "  mean score {mean:g}/{most:g} over all {learners} learner(s) (a submission that could not be scored counts 0)"
     )
+    assert mean.format(mean=figures.mean, most=figures.required_max, learners=len(records)) in terminal
     gradebook.write_csv(tmp_path / "grades.csv", real_course, records)
     with (tmp_path / "grades.csv").open(encoding="utf-8-sig") as handle:
         rows = list(csv.DictReader(handle))
