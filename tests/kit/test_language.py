@@ -28,8 +28,11 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURE
 from learner_support import CLI
+from pi_course_kit.core import i18n
 from pi_course_kit.core.i18n import QUESTIONS_EN, read_questions
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor.grade import cli as grade_cli
+from sample_class import sample_class
 
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]")
 CODE_SPAN = re.compile(r"`[^`\n]*`")
@@ -304,10 +307,6 @@ def test_the_grading_summary_speaks_the_runs_one_language(
 ) -> None:
     """Does `grade`'s class summary, after a run, come out wholly in Chinese for the Chinese course, and
     wholly in English with PI_COURSE_LANG=en (the status words aside, which are the gradebook's codes)?"""
-    from pi_course_kit.core import i18n
-    from pi_course_kit.instructor.grade import cli as grade_cli
-    from sample_class import sample_class
-
     records, _mutations = sample_class(real_course, each_checkpoint)
     statuses = sorted({str(record.status) for record in records}, key=len, reverse=True)
     for language, foreign in (("zh_CN", english_line), ("en", chinese_line)):

@@ -40,16 +40,19 @@ class CurrentLab:
     title: str
 
 
-def current_lab(folder: PracticeFolder) -> tuple[CurrentLab | None, RunResult]:
+def lab_table(folder: PracticeFolder) -> dict[str, CurrentLab]:
+    """The folder's labs by id, from its one lab table: its course.toml snapshot (read once per watch)."""
+    checkpoint = manifest.load(folder.course_path).checkpoint(folder.checkpoint_id)
+    return {lab.id: CurrentLab(lab.id, lab.shown_title) for lab in checkpoint.labs}
+
+
+def current_lab(folder: PracticeFolder, labs: dict[str, CurrentLab]) -> tuple[CurrentLab | None, RunResult]:
     """One quiet run of every test, and the lab the report names next (None once every lab is done).
 
     The report already knows the earliest unfinished lab (records.next_step); this only asks it.
     """
     require_test_files(folder)
     result = run_tests(folder.root, ("--tb=no",), timeout=RUN_TIMEOUT)
-    # The folder's one lab table is its course.toml snapshot.
-    checkpoint = manifest.load(folder.course_path).checkpoint(folder.checkpoint_id)
-    labs = {lab.id: CurrentLab(lab.id, lab.shown_title) for lab in checkpoint.labs}
     report = result.report
     step = report.next
     if step is not None:
@@ -158,10 +161,11 @@ def _command(name: str, module: Any, argv: list[str]) -> int:
 def run(args: argparse.Namespace) -> int:
     """Guide the learner lab by lab until every lab is green or they quit."""
     folder = open_folder()
+    labs = lab_table(folder)
     events: queue.Queue[tuple[str, str]] = queue.Queue()
     threading.Thread(target=_saves, args=(folder, args.poll, events), daemon=True).start()
     threading.Thread(target=_keys, args=(events,), daemon=True).start()
-    lab, result = current_lab(folder)
+    lab, result = current_lab(folder, labs)
     show(folder, lab, result)
     try:
         while True:
@@ -181,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
                         kept.append(event)
             for event in kept:
                 events.put(event)
-            lab, result = current_lab(folder)
+            lab, result = current_lab(folder, labs)
             show(folder, lab, result)
     except KeyboardInterrupt:
         print(_("stopped watching"), flush=True)
