@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURE
 from learner_support import CLI, run_cli
+from pi_course_kit.core import i18n
 
 ENGINE = Path(__file__).resolve().parents[2] / "scripts" / "pi_course_kit"
 #: What a checkpoint fact of the real course looks like in code: an id, a lab id, a marker.
@@ -114,8 +115,7 @@ def test_a_course_speaks_its_own_language_when_no_one_names_one(tmp_path: Path, 
     quiet = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(tmp_path)}
     made = run_cli(["practice", "a1", str(tmp_path / "p"), "--course", str(course_copy)], tmp_path)
     assert made.returncode == 0, made.stderr
-    meta = json.loads((tmp_path / "p/.pi-course/meta.json").read_text(encoding="utf-8"))
-    assert meta["language"] == "en"
+    assert i18n.folder_language(tmp_path / "p") == "en"
     assert "pi_course_language = en" in (tmp_path / "p/pytest.ini").read_text(encoding="utf-8")
     report = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"],
@@ -145,9 +145,7 @@ def test_a_course_speaks_its_own_language_when_no_one_names_one(tmp_path: Path, 
         env={**quiet, "PI_COURSE_ROOT": str(ENGINE.parents[1])},
     )
     assert real.returncode == 0, real.stderr
-    assert (
-        json.loads((tmp_path / "zh/.pi-course/meta.json").read_text(encoding="utf-8"))["language"] == "zh_CN"
-    )
+    assert i18n.folder_language(tmp_path / "zh" / "tests") == "zh_CN"
 
 
 def test_practice_from_the_learners_own_parent_folder(tmp_path: Path, course_copy: Path) -> None:

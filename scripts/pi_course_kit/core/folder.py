@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import describe_os_error, write_json_atomically
 from pi_course_kit.core.i18n import _
+from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.records import FolderMeta
 
 META_DIR = ".pi-course"
@@ -87,6 +89,12 @@ class PracticeFolder:
         """The manifest this folder was made from (its own snapshot), or None for an older folder."""
         path = self.root / META_DIR / COURSE_SNAPSHOT
         return path if path.is_file() else None
+
+    def made_from(self) -> tuple[Course, Checkpoint]:
+        """The course this folder was made from (its snapshot; the installed one for an older folder), and
+        the checkpoint it practises: the one lab table check, watch, hint and reset all read."""
+        course = manifest.load(self.course_path)
+        return course, course.checkpoint(self.checkpoint_id)
 
     def relative(self, path: Path) -> str:
         """A path as the learner sees it from the folder root."""

@@ -7,7 +7,6 @@ the compiled catalogs in `tests/pi_course_locale/`, so the report plugin speaks 
 from __future__ import annotations
 
 import gettext
-import json
 import os
 import re
 from pathlib import Path
@@ -28,16 +27,15 @@ def locale_dirs() -> list[Path]:
 
 
 def folder_language(start: Path | None = None) -> str | None:
-    """The language recorded in a practice folder's `.pi-course/meta.json` (the course's, when made)."""
+    """The language of the practice folder around `start`: its course.toml snapshot's `[course] language`.
+
+    The snapshot is the folder's one record of the course it was made from (its labs, its language), so
+    this reads no meta.json field.
+    """
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        meta = folder / ".pi-course" / "meta.json"
-        if meta.is_file():
-            try:
-                value = json.loads(meta.read_text(encoding="utf-8")).get("language")
-            except (OSError, ValueError, AttributeError):
-                return None
-            return value if isinstance(value, str) else None
+        if (folder / ".pi-course" / "meta.json").is_file():
+            return manifest_language(folder / ".pi-course" / "course.toml")
     return None
 
 

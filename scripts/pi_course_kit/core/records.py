@@ -227,7 +227,6 @@ class FolderMeta:
     slug: str = "?"
     kit_version: str = "?"
     created: str = "?"
-    language: str = ""
     kind: str = "labs"
     teaching_files: tuple[str, ...] = ()
     #: sha256 of each file as it was shipped, by relative path.
@@ -255,7 +254,6 @@ class FolderMeta:
             slug=_text(data, "slug", 200) or "?",
             kit_version=_text(data, "kit_version", 200) or "?",
             created=_text(data, "created", 200) or "?",
-            language=_text(data, "language", 40),
             kind=_text(data, "kind", 40) or "labs",
             teaching_files=texts(data.get("teaching_files")),
             files={str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {},

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from pi_course_kit.core import manifest, records
+from pi_course_kit.core import records
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import PracticeFolder, open_folder
 from pi_course_kit.core.i18n import _
@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def lab_marker(folder: PracticeFolder, lab_id: str) -> str:
     """The pytest marker of a lab of this folder's checkpoint, or a KitError listing the labs."""
     # The folder's one lab table is its course.toml snapshot.
-    checkpoint = manifest.load(folder.course_path).checkpoint(folder.checkpoint_id)
+    _course, checkpoint = folder.made_from()
     for lab in checkpoint.labs:
         if lab_id in (lab.id, lab.marker):
             return lab.marker

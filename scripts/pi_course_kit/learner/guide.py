@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import PracticeFolder, open_folder
 from pi_course_kit.core.i18n import _
@@ -42,7 +41,7 @@ class CurrentLab:
 
 def lab_table(folder: PracticeFolder) -> dict[str, CurrentLab]:
     """The folder's labs by id, from its one lab table: its course.toml snapshot (read once per watch)."""
-    checkpoint = manifest.load(folder.course_path).checkpoint(folder.checkpoint_id)
+    _course, checkpoint = folder.made_from()
     return {lab.id: CurrentLab(lab.id, lab.shown_title) for lab in checkpoint.labs}
 
 

@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from pi_course_kit.core import manifest, records
+from pi_course_kit.core import records
 from pi_course_kit.core.folder import PracticeFolder, open_folder
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import Checkpoint, Course, Lab
@@ -63,8 +63,7 @@ def choose_lab(folder: PracticeFolder, course: Course, checkpoint: Checkpoint, w
 def run(args: argparse.Namespace) -> int:
     """Print the next unseen hint (or the last one again once all are seen) and remember it."""
     folder = open_folder()
-    course = manifest.load(folder.course_path)
-    checkpoint = course.checkpoint(folder.checkpoint_id)
+    course, checkpoint = folder.made_from()
     if args.lab is None and (broken := syntax_error(folder, checkpoint)) is not None:
         print(
             _(

@@ -281,8 +281,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(_("the kit's files are all in place; nothing to put back"))
         return 0
-    course = manifest.load(folder.course_path)
-    checkpoint = course.checkpoint(folder.checkpoint_id)
+    course, checkpoint = folder.made_from()
     if args.undo:
         return undo(folder, list(checkpoint.teaching_files))
     if checkpoint.observation and args.lab:
