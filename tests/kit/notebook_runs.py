@@ -1,9 +1,12 @@
-"""Each checkpoint notebook run on the solution, the starter and in a practice folder, once per session.
+"""Each checkpoint notebook as people open it: the repository's copy (the solution's outputs) and a
+learner's copy run in a fresh practice folder (the starter), each made once per session.
 
 The solution's run is the committed notebook itself: its outputs come from the solution, and
 test_notebook_checkpoints proves they equal a fresh run (`test_stored_outputs_are_fresh`), so running
-it again here would only cost time. The starter's run is executed here, once; the well-formedness test
-and the browser test share it.
+it again here would only cost time. The starter is seen where a learner sees it, in a practice folder
+made by `pi-course practice`: that one run serves the starter's lab boxes, the practice folder's own
+checks, the well-formedness test and the browser test. (Running the repository's copy on `labs/` as
+well would execute the same starter code a second time, about 25 s per checkpoint.)
 """
 
 from __future__ import annotations
@@ -22,27 +25,19 @@ from pi_course_kit.core import manifest
 from pi_course_kit.learner import practice
 from pi_course_kit.notebook import nbrun
 
-#: The trees a notebook is run on: the reference solution (as the repository shows it) and the starter
-#: (what a learner sees before any lab is done).
-TREES = ("solution", "starter")
+#: The copies of a notebook that are looked at: the reference solution's (as the repository shows it)
+#: and a learner's, run in a fresh practice folder on the starter (before any lab is done).
+TREES = ("solution", "practice")
 #: Read at collection time: every checkpoint that course.toml gives a notebook, with each tree.
 RUNS = [(c.id, tree) for c in real_checkpoints() if c.notebook for tree in TREES]
 
 
-@cache
-def _executed(checkpoint_id: str, tree: str) -> NotebookNode:
-    course = manifest.load(REPO / "course.toml")
-    checkpoint = course.checkpoint(checkpoint_id)
-    path = course.root / checkpoint.notebook
-    if tree == "solution":
-        return nbrun.load(path)
-    starter = (course.root / checkpoint.starter).resolve()
-    return nbrun.execute(nbrun.load(path), cwd=starter, env=nbrun.kernel_env(starter))
-
-
 def executed(checkpoint_id: str, tree: str) -> NotebookNode:
-    """A copy of the notebook of `checkpoint_id` executed on `tree` ("solution" or "starter")."""
-    return copy.deepcopy(_executed(checkpoint_id, tree))
+    """A copy of the notebook of `checkpoint_id` as `tree` ("solution" or "practice") shows it."""
+    if tree == "solution":
+        course = manifest.load(REPO / "course.toml")
+        return nbrun.load(course.root / course.checkpoint(checkpoint_id).notebook)
+    return practice_run(checkpoint_id)[1]
 
 
 def rich_outputs(nb: NotebookNode, mime: str) -> Iterator[tuple[str, str]]:

@@ -1,6 +1,6 @@
-"""A real browser, as learners and instructors open things: JupyterLab with each checkpoint's notebook (run on
-the solution and on the starter), each notebook exported as static HTML, and both versions of the class
-report at desktop and phone width.
+"""A real browser, as learners and instructors open things: JupyterLab with each checkpoint's notebook
+(as the repository shows it, and as run in a fresh practice folder on the starter), each notebook
+exported as static HTML, and both versions of the class report at desktop and phone width.
 
 Chromium is Debian's (`apt-get install chromium fonts-noto-cjk`), driven by Playwright from PyPI; the
 test never downloads a browser (`playwright install`) and gives no page the network: every request

@@ -54,7 +54,8 @@ def test_the_parser_rejects_the_quote_that_froze_jupyterlab() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("checkpoint_id", "tree"), RUNS)
 def test_every_notebook_output_parses_without_an_error(checkpoint_id: str, tree: str) -> None:
-    """Run on the solution and on the starter, does every HTML output parse cleanly, and every SVG as XML?"""
+    """As the repository shows it and as run in a fresh practice folder, does every HTML output parse cleanly,
+    and every SVG as XML?"""
     nb = executed(checkpoint_id, tree)
     problems = [
         f"{where}: {problem}"

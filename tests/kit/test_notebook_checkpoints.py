@@ -121,11 +121,12 @@ def test_stored_outputs_are_fresh(cp: Checkpoint, stored: NotebookNode, repo_run
 
 @pytest.mark.slow
 def test_starter_errors_are_one_line_lab_boxes(path: Path, course: Course, cp: Checkpoint) -> None:
-    """On the starter, is every error an expected lab error in a tagged cell, shown as one line, not a traceback?"""
+    """On the starter, in a fresh practice folder, is every error an expected lab error in a tagged cell,
+    shown as one line, not a traceback?"""
     if cp.observation:
         pytest.skip(f"{cp.id} is an observation checkpoint: its starter is its target, with no lab to show")
-    # The starter's run is shared with the well-formedness and browser tests: executed once per session.
-    executed = notebook_runs.executed(cp.id, "starter")
+    # The practice folder's run is shared with the well-formedness and browser tests: executed once per session.
+    executed = notebook_runs.executed(cp.id, "practice")
     assert nbrun.validation_errors(executed) == []
     assert nbrun.cell_errors(executed, allow_lab_errors=True, name=path.name) == []
     errors = [out for cell in code_cells(executed) for out in cell.outputs if out.output_type == "error"]
