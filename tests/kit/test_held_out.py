@@ -1,10 +1,10 @@
 """Held-out tests (course.toml `held_out`): graded beside the public tests, never handed to a learner.
 
-Two submissions of the real checkpoints 06 and 07 are graded in the sandbox: the solution, and a copy
-of it that special-cases the public inputs (it only serves the tool names and ids that the public test
-files write, as a submission tuned to pass them would). The first must score full points with the
-held-out tests counted, the second below full although it passes every public test. Then every place
-a learner gets course files from is searched for the held-out files.
+Every checkpoint that names held-out tests in course.toml has its solution graded in the sandbox, and it
+must score full points with them counted. Where this module writes a submission tuned to the public
+tests (a copy of the solution that only serves the tool names the public test files use, as a learner
+hard-coding their answers would), it is graded in the same batch and must pass every public test yet
+score below full. Then every place a learner gets course files from is searched for the held-out files.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, real_checkpoints
 from pi_course_kit import cli
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
@@ -86,24 +86,30 @@ def cheat(course: Course, checkpoint: Checkpoint, dest: Path) -> Path:
     return dest
 
 
-@pytest.fixture(scope="module", params=["06", "07"])
+#: Read from course.toml at collection: every checkpoint with held-out tests of its own.
+HELD_OUT = [checkpoint.id for checkpoint in real_checkpoints() if checkpoint.held_out]
+
+
+@pytest.fixture(scope="module", params=HELD_OUT)
 def graded(
     request: pytest.FixtureRequest, real_course: Course, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Checkpoint, LearnerRecord, LearnerRecord]:
-    """The solution and the public-answers copy of one checkpoint, graded in one batch."""
+) -> tuple[Checkpoint, LearnerRecord, LearnerRecord | None]:
+    """The solution and, where CHEATS has one, the public-answers copy of one checkpoint, in one batch."""
     checkpoint = real_course.checkpoint(str(request.param))
     root = tmp_path_factory.mktemp(f"held-out-{checkpoint.id}")
     honest = root / "honest"
     shutil.copytree(
         real_course.root / checkpoint.solution / real_course.package, honest / real_course.package
     )
-    tuned = cheat(real_course, checkpoint, root / "tuned")
+    folders = [honest]
+    if checkpoint.id in CHEATS:
+        folders.append(cheat(real_course, checkpoint, root / "tuned"))
     grader = Grader(real_course, Limits(wall_seconds=180, cpu_seconds=180), 1, checkpoint.id)
     try:
-        first, second = grader.grade_all([honest, tuned])
+        records = grader.grade_all(folders)
     finally:
         grader.close()
-    return checkpoint, first, second
+    return checkpoint, records[0], records[1] if len(records) > 1 else None
 
 
 def held_out_nodes(record: LearnerRecord) -> list[tuple[str, str]]:
@@ -113,7 +119,7 @@ def held_out_nodes(record: LearnerRecord) -> list[tuple[str, str]]:
 
 @pytest.mark.sandbox
 def test_the_solution_scores_full_points_with_the_held_out_tests_counted(
-    graded: tuple[Checkpoint, LearnerRecord, LearnerRecord], real_course: Course
+    graded: tuple[Checkpoint, LearnerRecord, LearnerRecord | None], real_course: Course
 ) -> None:
     """Does the solution pass every public and held-out test of its checkpoint, for every required point?"""
     checkpoint, honest, _ = graded
@@ -127,11 +133,13 @@ def test_the_solution_scores_full_points_with_the_held_out_tests_counted(
 
 
 @pytest.mark.sandbox
+@pytest.mark.parametrize("graded", sorted(CHEATS), indirect=True)
 def test_hard_coding_the_public_answers_passes_them_all_and_still_scores_below_full(
-    graded: tuple[Checkpoint, LearnerRecord, LearnerRecord], real_course: Course
+    graded: tuple[Checkpoint, LearnerRecord, LearnerRecord | None], real_course: Course
 ) -> None:
     """Does a submission serving only the public tests' tool names pass each public test yet lose points?"""
     _, _, tuned = graded
+    assert tuned is not None
     public = [t for t in tuned.tests if "_held_out.py::" not in t.nodeid]
     assert public and all(t.outcome == "passed" for t in public), [
         t.nodeid for t in public if t.outcome != "passed"
