@@ -64,8 +64,10 @@ SANDBOX_MARKER = "sandbox: grades in the bubblewrap sandbox; skipped, with the f
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the `sandbox` marker (the suite runs with --strict-markers)."""
+    """Register the `sandbox` marker (the suite runs with --strict-markers), and xdist's group marker for a
+    run without xdist (`-p no:xdist`), where pytest_collection_modifyitems still marks every test."""
     config.addinivalue_line("markers", SANDBOX_MARKER)
+    config.addinivalue_line("markers", "xdist_group(name): run with the other tests of this group")
 
 
 @functools.cache
@@ -142,6 +144,36 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ):
         if name in metafunc.fixturenames:
             metafunc.parametrize(name, chosen, ids=[cp.id for cp in chosen], scope="session")
+
+
+#: Parameters that name a checkpoint by its id (the notebook and browser tests take the id, not the object).
+CHECKPOINT_ID_PARAMS = ("checkpoint_id", "cp")
+
+
+def checkpoint_of(item: pytest.Item) -> str | None:
+    """The checkpoint a parametrized test case is about, if one of its parameters names one."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for name, value in params.items():
+        if isinstance(value, Checkpoint):
+            return value.id
+        if name in CHECKPOINT_ID_PARAMS and isinstance(value, str):
+            return value
+        if isinstance(getattr(value, "checkpoint", None), str):
+            return str(value.checkpoint)
+    return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep each group of tests that shares costly work on one xdist worker (`--dist loadgroup`).
+
+    A checkpoint's cases share its verify run, its notebook runs and its graded folders (cached per
+    process), so they form one group; every other test stays with its module, whose fixtures (a graded
+    class, a JupyterLab) are built once per worker that runs the module. Without xdist the mark is inert.
+    """
+    for item in items:
+        checkpoint_id = checkpoint_of(item)
+        group = f"checkpoint-{checkpoint_id}" if checkpoint_id else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import re
 from pathlib import Path
 
@@ -36,10 +37,18 @@ def promise_cases() -> list[object]:
 
 @functools.cache
 def verified(checkpoint_id: str) -> dict[str, verify.Outcome]:
-    """Verify one checkpoint, its checks side by side (one per CPU), once per session."""
+    """Verify one checkpoint, once per session, its checks side by side on this worker's share of the CPUs.
+
+    Under xdist every worker verifies its own checkpoints: verify's default of one check per CPU in each
+    worker would run more test processes than there are CPUs, and a starter's stub that should fail at
+    once could then pass its time limit on a crowded machine.
+    """
     course = load_real_course()
     assert course is not None
-    outcomes = verify.verify(course, [course.checkpoint(checkpoint_id)], PROMISES, cache=default_cache())
+    workers = max(1, verify.cpus() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    outcomes = verify.verify(
+        course, [course.checkpoint(checkpoint_id)], PROMISES, workers=workers, cache=default_cache()
+    )
     return {outcome.name: outcome for outcome in outcomes}
 
 
