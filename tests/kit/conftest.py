@@ -65,7 +65,7 @@ SANDBOX_MARKER = "sandbox: grades in the bubblewrap sandbox; skipped, with the f
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the `sandbox` marker (the suite runs with --strict-markers), and xdist's group marker for a
-    run without xdist (`-p no:xdist`), where pytest_collection_modifyitems still marks every test."""
+    run where the xdist plugin is not loaded, since pytest_collection_modifyitems still marks every test."""
     config.addinivalue_line("markers", SANDBOX_MARKER)
     config.addinivalue_line("markers", "xdist_group(name): run with the other tests of this group")
 

@@ -394,7 +394,7 @@ def run_as_new_user(test_file: Path, inner: str, tmp_path: Path) -> subprocess.C
         command = (
             f"{prepare}cd {repo} && exec setpriv --reuid={uid} --regid={gid} --clear-groups --inh-caps=-all "
             f"env -i HOME={shown} PATH=/usr/bin:/bin {inner}=1 TMPDIR={shown} "
-            f"{sys.executable} -m pytest {test_file} -q -p no:cacheprovider -p no:xdist "
+            f"{sys.executable} -m pytest {test_file} -q -p no:cacheprovider -n 0 "
             f"--basetemp={shown}/basetemp -x"
         )
         return subprocess.run(

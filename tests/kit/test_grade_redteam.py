@@ -744,7 +744,7 @@ def test_the_red_team_suite_holds_for_an_unprivileged_instructor(tmp_path: Path)
         command = (
             f"{prepare}cd {repo} && exec setpriv --reuid={uid} --regid={gid} --clear-groups --inh-caps=-all "
             f"env -i HOME={shown} PATH=/usr/bin:/bin {INNER}=1 TMPDIR={shown} "
-            f"{sys.executable} -m pytest {Path(__file__).resolve()} -q -p no:cacheprovider -p no:xdist "
+            f"{sys.executable} -m pytest {Path(__file__).resolve()} -q -p no:cacheprovider -n 0 "
             f"--basetemp={shown}/basetemp -x"
         )
         done = subprocess.run(
