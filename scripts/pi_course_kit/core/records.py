@@ -363,32 +363,74 @@ def function_at(path: Path, line: int) -> str | None:
     return max(holding, key=lambda item: item[1])[0] if holding else None
 
 
+#: A stub's raise, `LabNotImplemented("1.2", …)`: group 1 is its lab.
+STUB_RAISE = re.compile(r"LabNotImplemented\(\s*[\"']([^\"']+)[\"']")
+
+
+@dataclass(frozen=True)
+class _LabMarks:
+    """Where one file mentions labs: each lab's first stub line, its first `# ## Lab` heading, and every
+    lab whose stub the file raises (a raise wrapped over two lines counts here, not as a line)."""
+
+    stub_lines: dict[str, int]
+    heading_lines: dict[str, int]
+    stubbed: frozenset[str]
+
+
+def _lab_marks(path: Path) -> _LabMarks | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    # The summary asks where each of up to ~70 labs starts: scan each version of a file once, not per lab.
+    return _scanned_marks(str(path), info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _scanned_marks(path: str, _mtime_ns: int, _size: int) -> _LabMarks | None:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    stub_lines: dict[str, int] = {}
+    heading_lines: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        for match in STUB_RAISE.finditer(line):
+            stub_lines.setdefault(match[1], number)
+        if heading := LAB_SECTION.match(line):
+            heading_lines.setdefault(heading["lab"], number)
+    return _LabMarks(stub_lines, heading_lines, frozenset(m[1] for m in STUB_RAISE.finditer(text)))
+
+
+def _package_marks(root: Path, package: str) -> list[tuple[Path, _LabMarks]]:
+    """The scanned files of the learner's package, in path order."""
+    return [(path, marks) for path in sorted((root / package).rglob("*.py")) if (marks := _lab_marks(path))]
+
+
 def lab_entry(root: Path, package: str, lab: LabInfo) -> tuple[str, str | None] | None:
     """(`path:line`, function) where a lab starts: its first stub's raise, else its first function, else its heading."""
-    pattern = re.compile(rf"LabNotImplemented\(\s*[\"']{re.escape(lab.id)}[\"']")
     wanted = [name for target in lab.implements for name in (target, f"{target}.__init__")]
-    heading: tuple[str, str | None] | None = None
-    found: list[tuple[int, str, str]] = []
-    for path in sorted((root / package).rglob("*.py")):
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
-            continue
-        shown = path.relative_to(root).as_posix()
-        for number, text in enumerate(lines, 1):
-            if pattern.search(text):
-                return f"{shown}:{number}", function_at(path, number)
-            if heading is None and (match := LAB_SECTION.match(text)) and match["lab"] == lab.id:
-                heading = (f"{shown}:{number}", None)
-        found += [
-            (wanted.index(name), f"{shown}:{first}", name)
-            for name, first, _last in _functions(path)
-            if name in wanted
-        ]
+    files = _package_marks(root, package)
+    for path, marks in files:
+        if (number := marks.stub_lines.get(lab.id)) is not None:
+            return f"{path.relative_to(root).as_posix()}:{number}", function_at(path, number)
+    found = [
+        (wanted.index(name), f"{path.relative_to(root).as_posix()}:{first}", name)
+        for path, _marks in files
+        for name, first, _last in _functions(path)
+        if name in wanted
+    ]
     if found:
         _rank, where, name = min(found)
         return where, name
-    return heading
+    return next(
+        (
+            (f"{path.relative_to(root).as_posix()}:{marks.heading_lines[lab.id]}", None)
+            for path, marks in files
+            if lab.id in marks.heading_lines
+        ),
+        None,
+    )
 
 
 def function_entry(root: Path, package: str, name: str) -> tuple[str, str] | None:
@@ -694,12 +736,7 @@ def _unchecked_step(rows: list[LabSummary], unchecked: list[LabInfo]) -> dict[st
 def stubbed_labs(root: Path, package: str, labs: list[LabInfo]) -> set[str]:
     """The labs with a `LabNotImplemented` stub still raising somewhere in the learner's package."""
     wanted = {lab.id for lab in labs}
-    found: set[str] = set()
-    pattern = re.compile(r"LabNotImplemented\(\s*[\"']([^\"']+)[\"']")
-    for path in sorted((root / package).rglob("*.py")):
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            found.update(m[1] for m in pattern.finditer(path.read_text(encoding="utf-8")) if m[1] in wanted)
-    return found
+    return {lab for _path, marks in _package_marks(root, package) for lab in marks.stubbed if lab in wanted}
 
 
 # -- rendering ----------------------------------------------------------------------------------
