@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +65,36 @@ def pytest_command(args: Sequence[str] = ()) -> list[str]:
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
 
 
+#: How a run's pytest starts: (pytest's arguments, folder, environment, time limit) -> (exit code, output,
+#: timed out). The default is a fresh interpreter; `instructor.prewarmed` forks one that has pytest loaded.
+Launch = Callable[[Sequence[str], Path, dict[str, str], float], tuple[int, str, bool]]
+
+
+def run_in_subprocess(
+    args: Sequence[str], tree: Path, env: dict[str, str], timeout: float
+) -> tuple[int, str, bool]:
+    """Start `python -m pytest` in a fresh interpreter: the default `Launch`."""
+    return _run_command(pytest_command(args), tree, env, timeout)
+
+
+def _run_command(
+    command: Sequence[str], tree: Path, env: dict[str, str], timeout: float
+) -> tuple[int, str, bool]:
+    try:
+        done = subprocess.run(
+            list(command),
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired as expired:
+        return -9, _text(expired.stdout) + _text(expired.stderr), True
+    return done.returncode, done.stdout + done.stderr, False
+
+
 def run_tests(
     tree: Path,
     args: Sequence[str] = (),
@@ -72,8 +102,13 @@ def run_tests(
     timeout: float = 300.0,
     env: Mapping[str, str] | None = None,
     command: Sequence[str] | None = None,
+    launch: Launch = run_in_subprocess,
 ) -> RunResult:
-    """Run pytest in `tree` as a subprocess; never shares this interpreter's sys.modules."""
+    """Run pytest in `tree` in another process; never shares this interpreter's sys.modules.
+
+    `command` replaces pytest's usual command line (and then always runs as a subprocess); `launch`
+    chooses how pytest's own process is started.
+    """
     with tempfile.TemporaryDirectory(prefix="pi-course-report-") as tmp:
         report = Path(tmp) / "report.jsonl"
         run_env = dict(os.environ if env is None else env)
@@ -81,21 +116,10 @@ def run_tests(
         run_env.pop("PYTHONPATH", None)
         run_env["PYTHONDONTWRITEBYTECODE"] = "1"
         run_env.setdefault(MYPY_CACHE_ENV, str(kit_cache() / "mypy"))
-        timed_out = False
-        try:
-            done = subprocess.run(
-                list(command) if command is not None else pytest_command(args),
-                cwd=tree,
-                env=run_env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                stdin=subprocess.DEVNULL,
-            )
-            returncode, output = done.returncode, done.stdout + done.stderr
-        except subprocess.TimeoutExpired as expired:
-            timed_out, returncode = True, -9
-            output = _text(expired.stdout) + _text(expired.stderr)
+        if command is not None:
+            returncode, output, timed_out = _run_command(command, tree, run_env, timeout)
+        else:
+            returncode, output, timed_out = launch(args, tree, run_env, timeout)
         lines = report.read_text(encoding="utf-8").splitlines() if report.exists() else []
     return RunResult(returncode=returncode, output=output, report=RunReport.read(lines), timed_out=timed_out)
 

@@ -12,6 +12,7 @@ from pi_course_kit.core.records import TestRecord
 from pi_course_kit.core.regions import lab_at
 from pi_course_kit.core.runner import RunResult, run_tests
 from pi_course_kit.core.staging import TESTS_DIR, stage_tree
+from pi_course_kit.instructor import prewarmed
 
 
 class MutationError(ValueError):
@@ -156,10 +157,11 @@ def run_mutation(
                     tuple(f"{TESTS_DIR}/{Path(relative).name}" for relative in checkpoint.focused_tests)
                 )
         for selection in narrower:
-            result = run_tests(tree, ("--tb=no", "-x", *selection), timeout=timeout)
+            result = run_tests(tree, ("--tb=no", "-x", *selection), timeout=timeout, launch=prewarmed.launch)
             if _failed(result) or result.collect_errors or result.crashed:
                 return MutationRun(mutation, result, _failed(result))
-        result = run_tests(tree, ("--tb=no", "-x") if stop_first else ("--tb=no",), timeout=timeout)
+        whole = ("--tb=no", "-x") if stop_first else ("--tb=no",)
+        result = run_tests(tree, whole, timeout=timeout, launch=prewarmed.launch)
     return MutationRun(mutation, result, _failed(result))
 
 

@@ -7,6 +7,7 @@ from pi_course_kit.core.records import TestRecord
 from pi_course_kit.core.regions import find_regions, find_stubs
 from pi_course_kit.core.runner import RunResult, run_tests
 from pi_course_kit.core.staging import staged
+from pi_course_kit.instructor import prewarmed
 from pi_course_kit.instructor.build_labs import stale_files
 
 
@@ -22,7 +23,7 @@ def run_tree(course: Course, checkpoint: Checkpoint, tree: str, args: tuple[str,
     """Run the focused tests against one of the repository's trees, staged in a temporary folder."""
     with staged(course, checkpoint, course.root / tree) as folder:
         # Only the JSON records are read; drawing ~100 tracebacks would cost seconds.
-        return run_tests(folder, ("--tb=no", *args))
+        return run_tests(folder, ("--tb=no", *args), launch=prewarmed.launch)
 
 
 def _tests(result: RunResult) -> list[TestRecord]:
