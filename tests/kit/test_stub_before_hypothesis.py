@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import textwrap
 from pathlib import Path
 
+import pytest
 from pi_course_kit.core import manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.runner import run_tests
@@ -23,45 +25,45 @@ from pi_course_kit.core.staging import staged
 CALLS_ENV = "PI_COURSE_STUB_CALLS"
 
 
+#: Where the property is decorated: inside the test, when it runs (after the plugin narrowed the profile),
+#: or at module level, when the test file is imported (as every real focused test is).
+PLACES = ("inside", "module")
+
+
+def _property(lab_marker: str, place: str) -> str:
+    """A property of lab 1.1 that writes down how often it ran; `place` says where `@given` is applied."""
+    body = f"""
+    CALLS.append(start)
+    with open(os.environ["{CALLS_ENV}"], "w") as out:
+        out.write(str(len(CALLS)))
+    counter = Counter()
+    counter.count = start
+    assert counter.add() == start + 1
+"""
+    if place == "module":  # the test itself is the property, decorated when its file is imported
+        test = f"@pytest.mark.{lab_marker}\n@given(st.integers(min_value=0, max_value=10**6))\n"
+        test += f"def test_adding_works_for_any_start(start: int) -> None:{body}"
+    else:  # the test decorates a property when it runs, and calls it
+        inner = "@given(st.integers(min_value=0, max_value=10**6))\ndef check(start: int) -> None:" + body
+        test = f"@pytest.mark.{lab_marker}\ndef test_adding_works_for_any_start() -> None:\n"
+        test += textwrap.indent(inner, "    ") + "\n    check()\n"
+    return (
+        "\n\nimport os  # noqa: E402\n"
+        "import hypothesis  # noqa: E402  (the real course's conftest imports it with its strategies)\n"
+        "from hypothesis import given, strategies as st  # noqa: E402\n\n"
+        f"CALLS: list[int] = []\n\n\n{test}"
+    )
+
+
 def property_run(
-    course: Course, checkpoint: Checkpoint, tree: str, tmp_path: Path, *args: str
+    course: Course, checkpoint: Checkpoint, tree: str, tmp_path: Path, place: str, *args: str
 ) -> tuple[int, str]:
     """Run a property test that calls lab 1.1's `Counter.add` inside `@given`: (its calls, the lab's status)."""
     root = tmp_path / "course"
     shutil.copytree(course.root, root)
     test = root / checkpoint.focused_tests[0]
     lab = checkpoint.labs[0]
-    test.write_text(
-        test.read_text(encoding="utf-8")
-        + f'''
-
-import hypothesis  # noqa: E402  (the real course's conftest imports it with its strategies)
-
-
-@pytest.mark.{lab.marker}
-def test_adding_works_for_any_start() -> None:
-    """Does add count on from any start?"""
-    import os
-
-    from hypothesis import given, strategies as st
-
-    calls = []
-
-    @given(st.integers(min_value=0, max_value=10**6))
-    def check(start: int) -> None:
-        calls.append(start)
-        counter = Counter()
-        counter.count = start
-        assert counter.add() == start + 1
-
-    try:
-        check()
-    finally:
-        with open(os.environ["{CALLS_ENV}"], "w") as out:
-            out.write(str(len(calls)))
-''',
-        encoding="utf-8",
-    )
+    test.write_text(test.read_text(encoding="utf-8") + _property(lab.marker, place), encoding="utf-8")
     copy = manifest.load(root / course.path.name)
     calls = tmp_path / "calls"
     with staged(copy, copy.checkpoint(checkpoint.id), root / tree) as folder:
@@ -71,16 +73,19 @@ def test_adding_works_for_any_start() -> None:
     return int(calls.read_text(encoding="utf-8")), row.status
 
 
+@pytest.mark.parametrize("place", PLACES)
 def test_a_stub_inside_given_is_called_once_and_the_lab_is_not_started(
-    course: Course, checkpoint: Checkpoint, tmp_path: Path
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, place: str
 ) -> None:
-    """On the starter, is the stub inside `@given` called once (no shrinking, no explaining), the lab not started?"""
-    calls, status = property_run(course, checkpoint, checkpoint.starter, tmp_path)
+    """On the starter, is the stub inside `@given` called once (no shrinking, no explaining), the lab not started,
+    whether the property was decorated when the test ran or when its file was imported?"""
+    calls, status = property_run(course, checkpoint, checkpoint.starter, tmp_path, place)
     assert calls <= 2 and status == "not started"  # the first example, and Hypothesis's replay of it
 
 
+@pytest.mark.parametrize("place", PLACES)
 def test_a_real_failure_inside_given_is_still_shrunk(
-    course: Course, checkpoint: Checkpoint, tmp_path: Path
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, place: str
 ) -> None:
     """Once the lab has no stub left, does Hypothesis still shrink a real failure (many calls, lab failing)?"""
     (tmp_path / "wrong").mkdir()
@@ -92,5 +97,5 @@ def test_a_real_failure_inside_given_is_still_shrunk(
         text.replace("self.count += 1", "self.count += 1 if self.count < 5 else 2"), encoding="utf-8"
     )
     assert text != counter.read_text(encoding="utf-8")
-    calls, status = property_run(course, checkpoint, str(tmp_path / "wrong" / "tree"), tmp_path)
+    calls, status = property_run(course, checkpoint, str(tmp_path / "wrong" / "tree"), tmp_path, place)
     assert calls > 5 and status == "failing"

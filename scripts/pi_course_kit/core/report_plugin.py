@@ -506,9 +506,19 @@ class ReportPlugin:
             return
         settings.register_profile(name, original, phases=kept)
         settings.load_profile(name)
+        # A test decorated with `@given` at import time holds the settings it was decorated under, so a
+        # profile loaded now does not reach it: narrow its own settings too (where `@settings` puts them).
+        test = getattr(item, "obj", None)
+        held = getattr(test, "_hypothesis_internal_use_settings", None)
+        if held is not None:
+            test._hypothesis_internal_use_settings = settings(  # type: ignore[union-attr]
+                held, phases=tuple(p for p in held.phases if p not in (phase.shrink, phase.explain))
+            )
         try:
             yield
         finally:
+            if held is not None:
+                test._hypothesis_internal_use_settings = held  # type: ignore[union-attr]
             settings.register_profile(name, original)
             settings.load_profile(name)
 
