@@ -210,19 +210,20 @@ async def _context(session: Session, guard: Guard, width: int, height: int, **op
 
 
 async def _page(context: BrowserContext, guard: Guard) -> tuple[Page, Visit]:
-    """A new page of `context`, with what it logs recorded in a new visit."""
+    """A new page of `context`, with what it logs recorded in the guard's visit (a new one now; a page used
+    for several things gets a new visit from `guard.visit = Visit()` before each)."""
     visit = guard.visit = Visit()
 
     def console(message: ConsoleMessage) -> None:
         if message.type == "error":
             where = message.location.get("url", "")
             # A request the test refused shows up as a console error naming its URL: counted apart.
-            if not (where and where in visit.refused):
-                visit.errors.append(f"{message.text} ({where})")
+            if not (where and where in guard.visit.refused):
+                guard.visit.errors.append(f"{message.text} ({where})")
 
     page = await context.new_page()
     page.on("console", console)
-    page.on("pageerror", lambda error: visit.errors.append(f"uncaught: {error}"))
+    page.on("pageerror", lambda error: guard.visit.errors.append(f"uncaught: {error}"))
     return page, visit
 
 
@@ -325,6 +326,8 @@ def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         f"--LabApp.user_settings_dir={settings}",
         f"--LabApp.workspaces_dir={home / 'workspaces'}",
+        # `window.jupyterapp`: the test opens each notebook with JupyterLab's own open command.
+        "--LabApp.expose_app_in_browser=True",
     ] + (["--allow-root"] if os.geteuid() == 0 else [])
     log = home / "server.log"
     with log.open("w", encoding="utf-8") as output:
@@ -350,13 +353,23 @@ def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             server.wait()
 
 
-@dataclass(frozen=True)
+@dataclass
 class LabBrowser:
-    """One browser context for every JupyterLab page: its cache spares each page most of the app's loading."""
+    """JupyterLab loaded once in one page; each notebook is opened in it as a learner opens one from the file
+    browser (the app's own `docmanager:open`), not by loading the whole app again (about 5 s each)."""
 
     lab: Lab
     context: BrowserContext
     guard: Guard
+    page: Page | None = None
+
+    async def ready(self) -> Page:
+        """The page with JupyterLab loaded and idle; a new one if the last was closed (a crashed renderer)."""
+        if self.page is None or self.page.is_closed():
+            self.page, _visit = await _page(self.context, self.guard)
+            await self.page.goto(f"{self.lab.base}/lab/workspaces/notebooks?token={self.lab.token}")
+            await _idle(self.page, "() => !!window.jupyterapp")
+        return self.page
 
 
 @pytest.fixture(scope="module")
@@ -370,33 +383,50 @@ def lab_browser(session: Session, jupyterlab: Lab) -> Iterator[LabBrowser]:
         session.run(context.close(), 30)
 
 
+# Close what is open, then open the notebook with the command the file browser runs on a double click.
+OPEN_NOTEBOOK = """
+async (path) => {
+  const app = window.jupyterapp;
+  await app.commands.execute("application:close-all");
+  await app.commands.execute("docmanager:open", {path, factory: "Notebook"});
+}
+"""
+
+
 async def _notebook(
     session: Session, browser: LabBrowser, name: str, cells: int
 ) -> tuple[Visit, list[str], int]:
     """Open `name` in JupyterLab, wait for idle, screenshot it whole; (visit, low-contrast texts, outputs)."""
-    lab = browser.lab
-    page, visit = await _page(browser.context, browser.guard)
-    try:
-        # A workspace of its own, so the notebooks opened before are not restored next to it.
-        workspace = name.removesuffix(".ipynb")
-        await page.goto(f"{lab.base}/lab/workspaces/{workspace}/tree/{name}?token={lab.token}")
-        attached = f"() => document.querySelectorAll('.jp-Notebook .jp-Cell').length >= {cells}"
-        await _idle(page, attached)
-        outputs: int = await page.evaluate("document.querySelectorAll('.jp-OutputArea-output').length")
-        low: list[str] = await page.evaluate(CONTRAST_PROBE, [".jp-OutputArea-output", CONTRAST])
-        # The notebook scrolls inside its panel: a window as tall as the notebook shows all of it at once.
-        # Cells out of view have estimated heights until they render: measure again once they have.
-        for _ in range(2):
-            bottom: float = await page.evaluate(
-                "(() => { const cells = document.querySelectorAll('.jp-Notebook .jp-Cell');"
-                " return cells[cells.length - 1].getBoundingClientRect().bottom + 60; })()"
-            )
-            await page.set_viewport_size({"width": 1280, "height": min(max(round(bottom), 900), 30000)})
-            await _settled(page)
-        await page.screenshot(path=str(session.shots / f"jupyterlab-{workspace}.png"))
-        return visit, low, outputs
-    finally:
-        await page.close()
+    page = await browser.ready()
+    visit = browser.guard.visit = Visit()
+    await page.set_viewport_size({"width": 1280, "height": 900})
+    await page.evaluate(OPEN_NOTEBOOK, name)
+    # Shown: its tab is in the main area, the one notebook there, with all its cells attached.
+    shown = (
+        "() => [...document.querySelectorAll('#jp-main-dock-panel .lm-TabBar-tabLabel')]"
+        f".some((tab) => tab.textContent === {json.dumps(name)})"
+        " && document.querySelectorAll('.jp-Notebook').length === 1"
+        f" && document.querySelectorAll('.jp-Notebook .jp-Cell').length >= {cells}"
+    )
+    await _idle(page, shown)
+    outputs: int = await page.evaluate("document.querySelectorAll('.jp-OutputArea-output').length")
+    low: list[str] = await page.evaluate(CONTRAST_PROBE, [".jp-OutputArea-output", CONTRAST])
+    # A dialog over the notebook (a path not found, a kernel that cannot start) is an error people see.
+    dialogs: list[str] = await page.evaluate(
+        "[...document.querySelectorAll('.jp-Dialog')].map((d) => d.innerText.slice(0, 200))"
+    )
+    visit.errors += [f"dialog: {text}" for text in dialogs]
+    # The notebook scrolls inside its panel: a window as tall as the notebook shows all of it at once.
+    # Cells out of view have estimated heights until they render: measure again once they have.
+    for _ in range(2):
+        bottom: float = await page.evaluate(
+            "(() => { const cells = document.querySelectorAll('.jp-Notebook .jp-Cell');"
+            " return cells[cells.length - 1].getBoundingClientRect().bottom + 60; })()"
+        )
+        await page.set_viewport_size({"width": 1280, "height": min(max(round(bottom), 900), 30000)})
+        await _settled(page)
+    await page.screenshot(path=str(session.shots / f"jupyterlab-{name.removesuffix('.ipynb')}.png"))
+    return visit, low, outputs
 
 
 @pytest.mark.parametrize(("checkpoint_id", "tree"), RUNS)
