@@ -429,6 +429,27 @@ async def _notebook(
     return visit, low, outputs
 
 
+def _kernel_settled(lab: Lab, name: str) -> None:
+    """Wait until the notebook's kernel is connected and has been idle for a second (JupyterLab's REST API)."""
+    deadline, quiet_since = time.monotonic() + BUSY_BOUND, None
+    while time.monotonic() < deadline:
+        kernels = [s["kernel"] for s in lab.api("GET", "/api/sessions") if s.get("path") == name]
+        idle = bool(kernels) and all(
+            k.get("execution_state") == "idle" and k.get("connections", 0) >= 1 for k in kernels
+        )
+        quiet_since = (quiet_since or time.monotonic()) if idle else None
+        if quiet_since is not None and time.monotonic() - quiet_since >= 1:
+            return
+        time.sleep(0.2)
+    raise TimeoutError
+
+
+async def _close_all(browser: LabBrowser) -> None:
+    page = await browser.ready()
+    await page.evaluate('() => window.jupyterapp.commands.execute("application:close-all")')
+    await _idle(page, "() => document.querySelectorAll('.jp-Notebook').length === 0")
+
+
 @pytest.mark.parametrize(("checkpoint_id", "tree"), RUNS)
 def test_notebook_opens_in_jupyterlab_goes_idle_and_logs_no_error(
     session: Session, lab_browser: LabBrowser, checkpoint_id: str, tree: str
@@ -440,6 +461,11 @@ def test_notebook_opens_in_jupyterlab_goes_idle_and_logs_no_error(
     nbformat.write(nb, jupyterlab.root / name)  # type: ignore[no-untyped-call]
     try:
         visit, low, outputs = session.run(_notebook(session, lab_browser, name, len(nb.cells)))
+        # The page stays open for the next notebook: let the kernel answer what JupyterLab asked it on
+        # start (the debugger's state, a subshell), then close the notebook there, before the kernel
+        # goes. Killing it under an open notebook logs "Canceled future … before replies were done".
+        _kernel_settled(jupyterlab, name)
+        session.run(_close_all(lab_browser))
     except TimeoutError:
         pytest.fail(f"JupyterLab stayed busy more than {BUSY_BOUND:g} s after opening {name}")
     finally:
