@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -114,3 +115,20 @@ def test_without_a_server_the_run_starts_a_fresh_interpreter(
     monkeypatch.undo()
     again, facts = probe(tree, 3, prewarmed.launch)  # a new server replaces the dead one
     assert again.returncode == 0 and facts["warm"] is True
+
+
+def test_a_threads_server_ends_with_its_thread(tmp_path: Path) -> None:
+    """verify runs each checkpoint in a new pool of threads: does each thread's server end when its thread
+    does, instead of one idle interpreter per pool staying until the process exits?"""
+    tree = make_tree(tmp_path / "tree", 4)
+    servers: list[prewarmed._Server] = []
+
+    def work() -> None:
+        probe(tree, 4, prewarmed.launch)
+        servers.append(prewarmed._server())
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    process = servers.pop().process
+    assert process.wait(timeout=10) == 0

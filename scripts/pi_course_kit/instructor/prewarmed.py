@@ -20,7 +20,6 @@ Protocol (one JSON line each way per run, on the server's stdin and stdout):
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import importlib
@@ -33,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -143,7 +143,8 @@ class _Server:
             text=True,
             encoding="utf-8",
         )
-        atexit.register(self.close)
+        # The server ends with its thread (a pool's thread goes once its pool is done) or at exit.
+        self._stop = weakref.finalize(self, _stop, self.process)
 
     def run(self, request: dict[str, Any]) -> dict[str, Any] | None:
         """The server's answer, or None when it is gone (the caller then starts pytest itself)."""
@@ -160,11 +161,16 @@ class _Server:
             return None
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            if self.process.stdin is not None:
-                self.process.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=5)
+        self._stop()
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """End a server: its stdin closes, so it leaves its loop and exits."""
+    with contextlib.suppress(OSError):
+        if process.stdin is not None:
+            process.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=5)
 
 
 _local = threading.local()
