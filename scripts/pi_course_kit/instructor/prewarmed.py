@@ -144,7 +144,7 @@ class _Server:
             encoding="utf-8",
         )
         # The server ends with its thread (a pool's thread goes once its pool is done) or at exit.
-        self._stop = weakref.finalize(self, _stop, self.process)
+        weakref.finalize(self, _stop, self.process)
 
     def run(self, request: dict[str, Any]) -> dict[str, Any] | None:
         """The server's answer, or None when it is gone (the caller then starts pytest itself)."""
@@ -159,9 +159,6 @@ class _Server:
             return dict(json.loads(answer)) if answer else None
         except (OSError, ValueError):
             return None
-
-    def close(self) -> None:
-        self._stop()
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
