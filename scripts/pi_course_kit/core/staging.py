@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from pi_course_kit.core import rewritten
 from pi_course_kit.core.i18n import QUESTIONS_EN
 from pi_course_kit.core.manifest import Checkpoint, Course, Lab
 
@@ -124,14 +125,21 @@ def stage_tree(
     source_tree: Path,
     dest: Path,
     tests: Mapping[str, bytes] | None = None,
+    *,
+    precompiled: bool = False,
 ) -> Path:
     """Write a runnable tree into `dest` (created if missing) from a folder holding `pi_course`.
 
-    `tests` replaces the test files read from disk (see `copy_tests`).
+    `tests` replaces the test files read from disk (see `copy_tests`). With `precompiled`, the test
+    modules' assertion-rewritten pycs come from the kit's cache (`core.rewritten`), for a tree that is
+    run once and thrown away.
     """
     dest.mkdir(parents=True, exist_ok=True)
     copy_package(course, source_tree, dest)
     copy_tests(course, checkpoint, dest, tests)
+    if precompiled:
+        modules = ["conftest.py", *(Path(relative).name for relative in checkpoint.tree_tests)]
+        rewritten.place(dest / TESTS_DIR, modules)
     (dest / "pytest.ini").write_text(pytest_ini(course, checkpoint), encoding="utf-8")
     return dest
 
@@ -140,4 +148,4 @@ def stage_tree(
 def staged(course: Course, checkpoint: Checkpoint, source_tree: Path) -> Iterator[Path]:
     """Stage a tree in a temporary folder for the length of a `with` block."""
     with tempfile.TemporaryDirectory(prefix=f"pi-course-{checkpoint.id}-") as tmp:
-        yield stage_tree(course, checkpoint, source_tree, Path(tmp) / "tree")
+        yield stage_tree(course, checkpoint, source_tree, Path(tmp) / "tree", precompiled=True)

@@ -137,7 +137,9 @@ def run_mutation(
     With `stop_first` the run ends at the first failure (enough to know it is caught, and quicker).
     """
     with tempfile.TemporaryDirectory(prefix=f"pi-course-mutation-{mutation.name}-") as tmp:
-        tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, Path(tmp) / "tree")
+        tree = stage_tree(
+            course, checkpoint, course.root / checkpoint.solution, Path(tmp) / "tree", precompiled=True
+        )
         target = tree / mutation.file
         if not target.is_file():
             raise MutationError(f"mutation {mutation.name!r}: {mutation.file} is not in the staged tree")

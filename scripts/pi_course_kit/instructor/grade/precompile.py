@@ -9,36 +9,23 @@ Both kinds are checked-hash pycs, so Python and pytest use them only for the ver
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-import io
 import py_compile
 import sys
 import tempfile
 from pathlib import Path
 
+from pi_course_kit.core import rewritten
+
 
 def _pytest_pyc(name: str, source: bytes, where: str) -> tuple[str, bytes] | None:
     """pytest's own rewritten pyc of one test module, or None when this pytest stores them differently."""
-    try:
-        from _pytest.assertion import rewrite
-
-        tree = ast.parse(source, filename=where)
-        rewrite.rewrite_asserts(tree, source, where, None)
-        code = compile(tree, where, "exec", dont_inherit=True)
-        buffer = io.BytesIO()
-        rewrite._write_pyc_fp(buffer, importlib.util.source_hash(source), code)
-        data = buffer.getvalue()
-        # pytest's own reader is the judge: a format it does not accept is never shipped.
-        with tempfile.TemporaryDirectory(prefix="pi-course-pyc-") as tmp:
-            module, pyc = Path(tmp) / name, Path(tmp) / "module.pyc"
-            module.write_bytes(source)
-            pyc.write_bytes(data)
-            if rewrite._read_pyc(module, pyc) is None:
-                return None
-        return name[: -len(".py")] + rewrite.PYC_TAIL, data
-    except Exception:  # a private pytest API changed: the runs rewrite the modules themselves
+    if not rewritten.available():
         return None
+    try:
+        data = rewritten.pyc_bytes(source, rewritten.rewrite(source, where))
+    except (SyntaxError, ValueError):
+        return None  # the run reports the module's error itself
+    return (rewritten.pyc_name(name), data) if data else None
 
 
 def _plain_pyc(name: str, source: bytes, where: str) -> bytes:
