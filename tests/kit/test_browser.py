@@ -165,7 +165,7 @@ OVERFLOW_PROBE = """
 
 @dataclass
 class Session:
-    """One Chromium for the module, driven through a private event loop with bounded waits."""
+    """One Chromium for the worker, driven through a private event loop with bounded waits."""
 
     loop: asyncio.AbstractEventLoop
     playwright: Playwright
@@ -250,7 +250,10 @@ async def _settled(page: Page) -> None:
     await _idle(page)
 
 
-@pytest.fixture(scope="module")
+# The browser, JupyterLab and its loaded page live as long as the worker (scope "session"): a worker runs
+# one checkpoint's tests of several modules in a row (conftest.py groups them), so a module scope would
+# start all three again for every checkpoint, about 8 s of CPU each time. Left open, they use none.
+@pytest.fixture(scope="session")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     """Chromium with a fresh profile, no sandbox as root, no background network."""
     if MISSING:
@@ -298,7 +301,7 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """One JupyterLab for every notebook: its own config, settings and workspaces; no news, no update check."""
     home = tmp_path_factory.mktemp("jupyterlab")
@@ -372,7 +375,7 @@ class LabBrowser:
         return self.page
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lab_browser(session: Session, jupyterlab: Lab) -> Iterator[LabBrowser]:
     """The context JupyterLab is opened in (requests only to the local server)."""
     guard = Guard(jupyterlab.base)

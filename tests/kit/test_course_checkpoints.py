@@ -39,15 +39,16 @@ def promise_cases() -> list[object]:
 def verified(checkpoint_id: str) -> dict[str, verify.Outcome]:
     """Verify one checkpoint, once per session, its checks side by side on this worker's share of the CPUs.
 
-    Under xdist every worker verifies its own checkpoints: verify's default of one check per CPU in each
-    worker would run more test processes than there are CPUs, and a starter's stub that should fail at
-    once could then pass its time limit on a crowded machine.
+    Under xdist every worker verifies its own checkpoints, with at least two checks at a time: a run
+    of the focused tests spends about a third of its time waiting (on the processes its tests start
+    and the time-outs they test), and a second run fills the CPU the first one leaves idle. More than
+    that would crowd the machine: a starter's stub that should fail at once could then pass its time limit.
     """
     course = load_real_course()
     assert course is not None
-    workers = max(1, verify.cpus() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    share = verify.cpus() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     outcomes = verify.verify(
-        course, [course.checkpoint(checkpoint_id)], PROMISES, workers=workers, cache=default_cache()
+        course, [course.checkpoint(checkpoint_id)], PROMISES, workers=max(2, share), cache=default_cache()
     )
     return {outcome.name: outcome for outcome in outcomes}
 
