@@ -19,11 +19,17 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pi_course_kit.core import i18n, manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.grade import bwrap
+from xdist.scheduler import LoadScopeScheduling
+
+if TYPE_CHECKING:
+    from xdist.remote import Producer
+    from xdist.scheduler.protocol import Scheduling
 
 # The kit's own tests read the English messages (msgids); tests of the Chinese text ask for it explicitly.
 os.environ.setdefault("PI_COURSE_LANG", "en")
@@ -64,10 +70,22 @@ SANDBOX_MARKER = "sandbox: grades in the bubblewrap sandbox; skipped, with the f
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the `sandbox` marker (the suite runs with --strict-markers), and xdist's group marker for a
-    run where the xdist plugin is not loaded, since pytest_collection_modifyitems still marks every test."""
+    """Register the `sandbox` marker (the suite runs with --strict-markers)."""
     config.addinivalue_line("markers", SANDBOX_MARKER)
-    config.addinivalue_line("markers", "xdist_group(name): run with the other tests of this group")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` (pyproject's addopts): one and a half workers per usable CPU, three on two cores.
+
+    About a fifth of a worker's time is spent waiting, not computing: on the time limits the tests
+    check, on the processes they start, on the browser going idle. A third worker fills that time. A
+    number in PYTEST_XDIST_AUTO_NUM_WORKERS still wins (xdist's own rule).
+    """
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cpus + max(1, cpus // 2)
 
 
 @functools.cache
@@ -146,34 +164,41 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(name, chosen, ids=[cp.id for cp in chosen], scope="session")
 
 
-#: Parameters that name a checkpoint by its id (the notebook and browser tests take the id, not the object).
-CHECKPOINT_ID_PARAMS = ("checkpoint_id", "cp")
+def xdist_group(nodeid: str) -> str:
+    """The group of tests that one xdist worker runs together: the test's checkpoint's, else its module's.
 
-
-def checkpoint_of(item: pytest.Item) -> str | None:
-    """The checkpoint a parametrized test case is about, if one of its parameters names one."""
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    for name, value in params.items():
-        if isinstance(value, Checkpoint):
-            return value.id
-        if name in CHECKPOINT_ID_PARAMS and isinstance(value, str):
-            return value
-        if isinstance(getattr(value, "checkpoint", None), str):
-            return str(value.checkpoint)
-    return None
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Keep each group of tests that shares costly work on one xdist worker (`--dist loadgroup`).
-
-    A checkpoint's cases share its verify run, its notebook runs and its graded folders (cached per
-    process), so they form one group; every other test stays with its module, whose fixtures (a graded
-    class, a JupyterLab) are built once per worker that runs the module. Without xdist the mark is inert.
+    A checkpoint's cases share its verify run, its notebook runs and its graded folders (made once per
+    process); every other test stays with its module, whose fixtures (a graded class) are built once
+    per worker that runs the module. The checkpoint is read from the node id, whose parameters begin
+    with it (`[17]`, `[17-practice]`, `[17-solution-green]`): the controller that hands out the tests
+    sees node ids only.
     """
-    for item in items:
-        checkpoint_id = checkpoint_of(item)
-        group = f"checkpoint-{checkpoint_id}" if checkpoint_id else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    module, _, name = nodeid.partition("::")
+    params = name[name.find("[") + 1 : -1] if name.endswith("]") and "[" in name else ""
+    for checkpoint in real_checkpoints():
+        if params == checkpoint.id or params.startswith(f"{checkpoint.id}-"):
+            return f"checkpoint-{checkpoint.id}"
+    return module
+
+
+# xdist ships no type information: its scheduler is `Any` to mypy.
+class ByGroup(LoadScopeScheduling):  # type: ignore[misc]
+    """xdist's scheduler by scope, with `xdist_group` as the scope of each test."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return xdist_group(nodeid)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
+    """`--dist loadgroup` (pyproject's addopts) hands out whole `xdist_group`s, each to one worker.
+
+    Why not xdist's own loadgroup: it groups by `xdist_group` marks, which it turns into a suffix of each
+    node id, and pytest 9.2 no longer lets it change a node id (pytest-xdist issue 1386). Every test was
+    then a group of its own, and a checkpoint's verify and notebook runs were repeated on each worker
+    that got one of its tests.
+    """
+    return ByGroup(config, log) if config.getvalue("dist") == "loadgroup" else None
 
 
 @pytest.fixture(scope="session")

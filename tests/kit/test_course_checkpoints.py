@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 
+import conftest
 import pytest
 from conftest import load_real_course
 from pi_course_kit.core.manifest import Checkpoint, Course
@@ -39,16 +40,15 @@ def promise_cases() -> list[object]:
 def verified(checkpoint_id: str) -> dict[str, verify.Outcome]:
     """Verify one checkpoint, once per session, its checks side by side on this worker's share of the CPUs.
 
-    Under xdist every worker verifies its own checkpoints, with at least two checks at a time: a run
-    of the focused tests spends about a third of its time waiting (on the processes its tests start
-    and the time-outs they test), and a second run fills the CPU the first one leaves idle. More than
-    that would crowd the machine: a starter's stub that should fail at once could then pass its time limit.
+    Under xdist every worker verifies its own checkpoints, one check at a time on a machine with no
+    more CPUs than workers: more would crowd it, and a starter's stub that should fail at once could
+    then pass its time limit.
     """
     course = load_real_course()
     assert course is not None
     share = verify.cpus() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     outcomes = verify.verify(
-        course, [course.checkpoint(checkpoint_id)], PROMISES, workers=max(2, share), cache=default_cache()
+        course, [course.checkpoint(checkpoint_id)], PROMISES, workers=max(1, share), cache=default_cache()
     )
     return {outcome.name: outcome for outcome in outcomes}
 
@@ -230,3 +230,26 @@ def test_the_06_contract_spells_every_literal_message_of_its_tests(real_course: 
     for literal in LITERALS_06:
         assert literal in tests and literal in contract, literal
     assert "Lab 6.1 not implemented: object_schema" in contract
+
+
+# -- which worker runs what ------------------------------------------------------------------------
+
+
+def test_a_checkpoints_tests_of_every_module_go_to_one_worker() -> None:
+    """Does the suite's scheduler hand out each checkpoint's cases, from every module, as one group, and
+    every other test with its module, so a checkpoint's verify and notebook runs happen once?"""
+    # The method xdist asks for each test's scope, on a scheduler built without a running xdist.
+    split = conftest.ByGroup.__new__(conftest.ByGroup)._split_scope
+    cases = [
+        "tests/kit/test_course_checkpoints.py::test_the_checkpoint_keeps_each_promise_verify_checks[17-solution-green]",
+        "tests/kit/test_browser.py::test_notebook_opens_in_jupyterlab_goes_idle_and_logs_no_error[17-practice]",
+        "tests/kit/test_notebook_checkpoints.py::test_solution_run_has_no_error_outputs[17]",
+        "tests/kit/test_browser.py::test_class_report_reads_on_desktop_and_phone[17-class-phone]",
+    ]
+    assert {split(nodeid) for nodeid in cases} == {"checkpoint-17"}
+    assert split("tests/kit/test_notebook_checkpoints.py::test_solution_run_has_no_error_outputs[01]") == (
+        "checkpoint-01"
+    )
+    # Not a checkpoint of the course, or no parameters: the module is the group.
+    assert split("tests/kit/test_verify.py::test_a_failure_is_never_remembered") == "tests/kit/test_verify.py"
+    assert split("tests/kit/test_odd_invocations.py::test_odd[170-x]") == "tests/kit/test_odd_invocations.py"
