@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from learner_support import run_cli, snapshot, solve
 from pi_course_kit import __version__, cli
-from pi_course_kit.core import records
+from pi_course_kit.core import i18n, records
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.runner import run_tests
 from pi_course_kit.learner import practice
@@ -132,11 +132,14 @@ def test_notebook_is_copied_to_the_root_when_the_kit_has_one(
 
 
 def test_lab_guide_walks_through_every_lab(
-    made: tuple[Path, subprocess.CompletedProcess[str]], checkpoint: Checkpoint
+    made: tuple[Path, subprocess.CompletedProcess[str]], course: Course, checkpoint: Checkpoint
 ) -> None:
     """Does LAB-GUIDE.md list each lab in order, with its command, its hint command and the first red?"""
     dest, _ = made
     guide = (dest / "LAB-GUIDE.md").read_text(encoding="utf-8")
+    # The titles as the folder's own run chose them: this course's language, the run's PI_COURSE_LANG.
+    # (The last course any earlier test loaded, the fixture course maybe, set the process's default.)
+    i18n.set_course_language(course.language)
     positions = [guide.index(lab.shown_title) for lab in checkpoint.labs]  # the run's language
     assert positions == sorted(positions)
     for lab in checkpoint.labs:
