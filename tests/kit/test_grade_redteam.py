@@ -332,6 +332,9 @@ if _os.fork() == 0:
     # Not os._exit: the report plugin turns that into an error in this fork's copy of the run, which
     # would then race the daemon to write a report. A signal ends the fork the way an attacker would.
     _os.kill(_os.getpid(), _signal.SIGKILL)
+# The run waits for its daemon: a run this small could otherwise end before a busy machine first
+# schedules the daemon, and whether the daemon ever struck would be left to chance.
+_time.sleep(10)
 """,
 }
 REACH_TAIL = """
