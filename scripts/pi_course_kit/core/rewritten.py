@@ -12,6 +12,7 @@ Why by hand: pytest caches a rewritten module only beside its source, so a new f
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import hashlib
@@ -33,8 +34,6 @@ PLACEHOLDER = "<pi-course-test-module>"
 
 def rewrite(source: bytes, where: str) -> types.CodeType:
     """pytest's own rewriting of a test module's asserts, compiled as the file `where`."""
-    import ast
-
     from _pytest.assertion import rewrite as pytest_rewrite
 
     tree = ast.parse(source, filename=where)
@@ -43,10 +42,8 @@ def rewrite(source: bytes, where: str) -> types.CodeType:
     return compile(tree, where, "exec", dont_inherit=True)
 
 
-def pyc_bytes(source: bytes, code: types.CodeType) -> bytes | None:
-    """The pyc pytest writes for `code` rewritten from `source`; None when this pytest would not read it."""
-    if not available():
-        return None
+def pyc_bytes(source: bytes, code: types.CodeType) -> bytes:
+    """The pyc pytest writes for `code` rewritten from `source` (ask `available()` first)."""
     from _pytest.assertion import rewrite as pytest_rewrite
 
     buffer = io.BytesIO()
@@ -135,10 +132,7 @@ def place(tests: Path, modules: Iterable[str]) -> None:
             code = _renamed(_cached_code(source), str(path))
         except (OSError, SyntaxError, ValueError):
             continue
-        data = pyc_bytes(source, code)
-        if data is None:
-            return
         try:
-            _write(tests / "__pycache__" / pyc_name(name), data)
+            _write(tests / "__pycache__" / pyc_name(name), pyc_bytes(source, code))
         except OSError:
             return

@@ -22,10 +22,10 @@ def _pytest_pyc(name: str, source: bytes, where: str) -> tuple[str, bytes] | Non
     if not rewritten.available():
         return None
     try:
-        data = rewritten.pyc_bytes(source, rewritten.rewrite(source, where))
+        code = rewritten.rewrite(source, where)
     except (SyntaxError, ValueError):
         return None  # the run reports the module's error itself
-    return (rewritten.pyc_name(name), data) if data else None
+    return rewritten.pyc_name(name), rewritten.pyc_bytes(source, code)
 
 
 def _plain_pyc(name: str, source: bytes, where: str) -> bytes:
