@@ -62,12 +62,11 @@ def available() -> bool:
     try:
         from _pytest.assertion import rewrite as pytest_rewrite
 
-        buffer = io.BytesIO()
-        pytest_rewrite._write_pyc_fp(buffer, importlib.util.source_hash(source), rewrite(source, "probe.py"))
+        data = pyc_bytes(source, rewrite(source, "probe.py"))
         with tempfile.TemporaryDirectory(prefix="pi-course-pyc-") as tmp:
             module, pyc = Path(tmp) / "probe.py", Path(tmp) / "probe.pyc"
             module.write_bytes(source)
-            pyc.write_bytes(buffer.getvalue())
+            pyc.write_bytes(data)
             return pytest_rewrite._read_pyc(module, pyc) is not None
     except Exception:
         return False
