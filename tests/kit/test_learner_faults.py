@@ -121,6 +121,38 @@ def test_endless_loop_is_stopped_per_test_naming_the_lab(
     assert result.next_step is not None and result.next_step.lab == "1.1"
 
 
+WAITING_PROBE = """
+import asyncio
+
+import pytest
+
+from fx_course import Counter
+
+
+@pytest.mark.lab1_1
+def test_waits_on_the_learner():
+    asyncio.run(Counter().add())
+"""
+
+
+def test_a_wait_that_never_ends_is_told_from_an_endless_loop(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """When the time limit passes while no learner code runs (a wait that never ends), does the message say
+    so, naming the lab but no line, instead of a loop "stopped at" nowhere?"""
+    folder = faulty_folder(
+        course, checkpoint, tmp_path, "add", "import asyncio; return asyncio.Event().wait()", with_probe=False
+    )
+    (folder / "tests" / "test_probe.py").write_text(WAITING_PROBE, encoding="utf-8")
+    result = probe(folder, "--timeout", "1")
+    assert result.finished and not result.timed_out
+    waited = by_name(result)["test_waits_on_the_learner"]
+    assert waited.outcome == "failed"
+    assert str(waited.message).startswith("Timeout (>1s): the test did not finish while none of your code")
+    assert "Lab 1.1 probably waits for something that never comes" in str(waited.message)
+    assert "stopped at" not in str(waited.message)
+
+
 @pytest.mark.parametrize("fault", ["import sys; sys.exit(3)", "raise SystemExit", "import os; os._exit(3)"])
 def test_exiting_inside_a_test_still_ends_in_a_report(
     fault: str, course: Course, checkpoint: Checkpoint, tmp_path: Path

@@ -576,6 +576,13 @@ class ReportPlugin:
                         "probably an endless loop in Lab {lab}"
                     ).format(where=where, seconds=f"{spun:.1f}", lab=owner or lab)
                 )
+            if found is None:  # no learner code on the stack: the test was waiting, not spinning
+                raise LearnerTimeout(
+                    _(
+                        "Timeout (>{limit}s): the test did not finish while none of your code was running; "
+                        "Lab {lab} probably waits for something that never comes"
+                    ).format(limit=f"{limit:g}", lab=lab)
+                )
             raise LearnerTimeout(
                 _("Timeout (>{limit}s): stopped at{where}, probably an endless loop in Lab {lab}").format(
                     limit=f"{limit:g}", where=where, lab=owner or lab
