@@ -592,6 +592,8 @@ async def run_command(
     group = ProcessGroup(transport.get_pid())
     if signal is not None:
         signal.add_event_listener("abort", group.on_abort)
+        if signal.aborted:  # aborted while the shell was starting: no event will come for it now
+            group.on_abort()
     timer = loop.call_later(options.bash_timeout_ms / 1000, group.on_timeout)
     try:
         await process.exited
