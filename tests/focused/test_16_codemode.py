@@ -86,9 +86,10 @@ STUB = re.compile(r"Lab (\d+\.\d+) not implemented: (\S+)")
 #: The upper bound of anything that must end "at once" or "soon": far above the real time, far below
 #: the default 30 s deadline.
 SOON_S = 4.0
-#: The deadline of a script that waits on a tool: the course's 100 ms, widened so that the worker
-#: process surely starts and sends the call first even on a loaded machine.
-WAIT_DEADLINE_MS = 1500
+#: The deadlines tried for a script that waits on a tool, shortest first: the course's 100 ms, widened
+#: so that the worker process starts and sends the call first; a run in which the busy machine did not
+#: get that far is tried again with the next one.
+WAIT_DEADLINES_MS = (1500, 6000, 24_000)
 
 
 def raise_stub_text(message: str) -> None:
@@ -614,6 +615,7 @@ def test_any_sequence_of_calls_leaves_a_record_within_its_limits(
 
 
 @pytest.mark.lab16_3
+@pytest.mark.timeout(60)  # room for each of WAIT_DEADLINES_MS; a loop in your code is still stopped at once
 @pytest.mark.edits("Execution._on_deadline")
 def test_a_dead_loop_is_interrupted_at_the_deadline_and_its_worker_killed() -> None:
     """死循环是否在 deadline 到期后被打断、worker 被杀掉，结果的 kind 为 timeout，连尚未完成的工具调用也记为 cancelled？"""
@@ -632,16 +634,23 @@ def test_a_dead_loop_is_interrupted_at_the_deadline_and_its_worker_killed() -> N
     assert elapsed < SOON_S, f"the kill should end it soon, took {elapsed:.2f} s"
     assert returncode is not None, "the worker process has ended"
 
+    reached: list[bool] = []
+
     async def wait(args: object, context: CodemodeToolContext) -> object:
+        reached.append(True)
         aborted: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         context.signal.add_event_listener(
             "abort", lambda: aborted.set_exception(RuntimeError("tool aborted"))
         )
         return await aborted
 
-    waiting = failure_of(
-        run_script("await tools.wait();", tools=script_tools({"wait": wait}), timeout_ms=WAIT_DEADLINE_MS)
-    )
+    for deadline_ms in WAIT_DEADLINES_MS:
+        waiting = failure_of(
+            run_script("await tools.wait();", tools=script_tools({"wait": wait}), timeout_ms=deadline_ms)
+        )
+        if reached:
+            break
+    assert reached, "脚本在最长的 deadline 之前都没有调用到 tools.wait：机器太忙？"
     assert waiting.error.kind == "timeout"
     assert waiting.calls == [CodemodeCall(name="wait", status="cancelled")]
 
