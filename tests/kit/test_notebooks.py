@@ -202,6 +202,8 @@ def test_stale_outputs_are_reported_with_the_refresh_command(stored: NotebookNod
     assert len(lines) == 1
     assert cell.source.splitlines()[0] in lines[0]
     assert "pi-course nbrun --refresh notebooks/x.ipynb" in lines[0]
+    # The line says what changed: nothing was stored where the fresh run printed `changed`.
+    assert "stored '(nothing)', now 'changed'" in lines[0]
 
 
 def test_execution_counts_and_volatile_text_do_not_count_as_stale(stored: NotebookNode) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import os
 import re
 import sys
@@ -227,9 +228,24 @@ def stale_cells(stored: NotebookNode, fresh: NotebookNode, *, path: str = "noteb
         return [f"{path}: the executed copy has different cells; run `{fix}`"]
     problems = []
     for number, (old, new) in enumerate(zip(stored_code, fresh_code, strict=True), start=1):
-        if comparable_outputs(old) != comparable_outputs(new):
-            problems.append(f"{path}: code cell {number} ({first_line(old)}) has stale outputs; run `{fix}`")
+        before, after = comparable_outputs(old), comparable_outputs(new)
+        if before != after:
+            problems.append(
+                f"{path}: code cell {number} ({first_line(old)}) has stale outputs "
+                f"({first_difference(before, after)}); run `{fix}`"
+            )
     return problems
+
+
+def first_difference(before: list[tuple[str, ...]], after: list[tuple[str, ...]]) -> str:
+    """The first line a reader would see change, stored against fresh: a load failure or a real change
+    shows up here instead of only "stale"."""
+    old = [line for item in before for line in item[-1].splitlines()]
+    new = [line for item in after for line in item[-1].splitlines()]
+    for stored_line, fresh_line in itertools.zip_longest(old, new, fillvalue="(nothing)"):
+        if stored_line != fresh_line:
+            return f"stored {stored_line.strip()[:160]!r}, now {fresh_line.strip()[:160]!r}"
+    return "the outputs are split differently"
 
 
 def _tidy(nb: NotebookNode) -> None:
