@@ -371,7 +371,13 @@ class LabBrowser:
         if self.page is None or self.page.is_closed():
             self.page, _visit = await _page(self.context, self.guard)
             await self.page.goto(f"{self.lab.base}/lab/workspaces/notebooks?token={self.lab.token}")
-            await _idle(self.page, "() => !!window.jupyterapp")
+            # The app object exists before its plugins are activated: wait for the commands the tests
+            # run (a loaded machine once ran `application:close-all` before it was registered).
+            await _idle(
+                self.page,
+                "() => !!window.jupyterapp && ['application:close-all', 'docmanager:open']"
+                ".every((id) => window.jupyterapp.commands.hasCommand(id))",
+            )
         return self.page
 
 
