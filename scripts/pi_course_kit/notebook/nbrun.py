@@ -245,7 +245,10 @@ def first_difference(before: list[tuple[str, ...]], after: list[tuple[str, ...]]
     for stored_line, fresh_line in itertools.zip_longest(old, new, fillvalue="(nothing)"):
         if stored_line != fresh_line:
             return f"stored {stored_line.strip()[:160]!r}, now {fresh_line.strip()[:160]!r}"
-    return "the outputs are split differently"
+    # Every text line is the same: what changed is an output's kind, its stream or error name, or its
+    # mime type.
+    kinds = [item[:2] for item in before], [item[:2] for item in after]
+    return f"same text, other outputs: stored {kinds[0]}, now {kinds[1]}"
 
 
 def _tidy(nb: NotebookNode) -> None:
