@@ -59,6 +59,23 @@ RERUN_FLAG = (
 #: practice folder's bound is staging.IMPORT_SECONDS): on a busy machine an honest import takes longer.
 IMPORT_SHARE = 0.5
 IMPORT_TIMEOUT_INI = "pi_course_import_timeout"  # the report plugin's ini key (core/report_plugin.py)
+#: The reference run of a checkpoint's solution is tried this many times more when it fails: a loaded
+#: machine can fail an honest run, and a failing reference must never reach a learner's score.
+REFERENCE_RETRIES = 2
+
+
+class ReferenceFailed(KitError):
+    """The solution's reference run kept failing: the batch stops, no learner is scored (issue #37)."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """Why one attempt at the reference run failed: the first failing test and what hints at the cause."""
+
+    test: str
+    outcome: str
+    timed_out: bool
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -212,30 +229,64 @@ class Grader:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     def reference(self, checkpoint: Checkpoint, slot: Slot | None = None) -> Reference:
-        """The pristine tests of each lab (one trusted run of the solution) and this batch's disguise."""
+        """The pristine tests of each lab (one trusted run of the solution) and this batch's disguise.
+
+        Both runs of the solution (trusted and unsandboxed, then disguised in a slot) are retried
+        REFERENCE_RETRIES times when they fail; when they still fail, ReferenceFailed names the first
+        failing test and the likely cause, and the batch must stop: it is the instructor's problem.
+        """
         with self._lock:
-            if checkpoint.id not in self.references:
-                self.references[checkpoint.id] = self._learn(checkpoint)
-            reference = self.references[checkpoint.id]
-            if reference.batch is None:
-                reference = replace(reference, batch=self._disguise(reference))
+            known = self.references.get(checkpoint.id)
+            if known is not None and known.batch is not None:
+                return known
+            failure: _Failure | None = None
+            for _attempt in range(1 + REFERENCE_RETRIES):
+                # A reference set from outside (classroom's starter reference) is not learned again.
+                found = known if known is not None else self._learn(checkpoint)
+                if isinstance(found, _Failure):
+                    failure = found
+                    continue
+                reference = replace(found, batch=self._disguise(found))
                 if (self.course.root / checkpoint.solution).is_dir():  # an installed kit ships none
                     with self._slot(slot) as chosen:
-                        self._check_disguise(reference, chosen)
+                        failure = self._check_disguise(reference, chosen)
+                    if failure is not None:
+                        continue
                 self.references[checkpoint.id] = reference
-            return reference
+                return reference
+            assert failure is not None
+            raise ReferenceFailed(_reference_error(checkpoint, failure, 1 + REFERENCE_RETRIES))
 
-    def _learn(self, checkpoint: Checkpoint) -> Reference:
+    def prepare(self, folders: Sequence[Path]) -> None:
+        """Run the reference of every checkpoint these folders will be graded as, before any learner.
+
+        Raises ReferenceFailed (the batch stops) when one keeps failing; no learner has been run by then.
+        """
+        wanted: dict[str, Checkpoint] = {}
+        for folder in folders:
+            probe = LearnerRecord(learner="", folder="", status=SKIPPED)
+            with contextlib.suppress(KitError, ManifestError, OSError):
+                found = self._practice_checkpoint(folder, probe)
+                if found is not None:
+                    wanted.setdefault(found.id, found)
+        for checkpoint in wanted.values():
+            self.reference(checkpoint)
+
+    def _learn(self, checkpoint: Checkpoint) -> Reference | _Failure:
         """Run the solution once (trusted, unsandboxed) to learn the pristine tests of each lab."""
         checkpoint = with_held_out(self.course, checkpoint)  # the public tests plus the held-out ones
         result = run_tree(self.course, checkpoint, checkpoint.solution)
         tests = result.report.tests
-        failing = [t.nodeid for t in tests if t.outcome != "passed"]
-        if not result.tests or failing or result.collect_errors:
-            raise KitError(
-                f"the solution of checkpoint {checkpoint.id} does not pass its focused tests "
-                f"({len(failing)} failing); run `pi-course verify` and fix it before grading"
-            )
+        failing = [t for t in tests if t.outcome != "passed"]
+        if failing:
+            first = failing[0]
+            timed_out = result.timed_out or "timeout" in first.message.lower()
+            return _Failure(first.nodeid, first.outcome, timed_out, first.message or first.skip_reason)
+        if not result.tests or result.collect_errors:
+            errors = result.report.collect_errors
+            where = errors[0].nodeid if errors else _("(no test ran)")
+            detail = errors[0].message if errors else f"exit {result.returncode}"
+            return _Failure(where, "error", result.timed_out, detail)
         labs_of = {t.nodeid: t.lab or "" for t in tests}
         files = {name: path.read_bytes() for name, path in test_files(self.course, checkpoint).items()}
         return Reference(checkpoint, labs_of, files)
@@ -268,28 +319,38 @@ class Grader:
         finally:
             self.slots.put(borrowed)
 
-    def _check_disguise(self, reference: Reference, slot: Slot) -> None:
+    def _check_disguise(self, reference: Reference, slot: Slot) -> _Failure | None:
         """Grade the solution itself, disguised and sandboxed: every test must pass and every control fail.
 
         A focused test that breaks when renamed or copied would otherwise cost honest learners points.
+        Returns why it failed (the first test that did not pass), or None.
         """
-        checkpoint = reference.checkpoint
         assert reference.batch is not None
         work_root = self._scratch_dir()
         try:
-            tree = _stage(self.course, reference, self.course.root / checkpoint.solution, slot.tree)
+            tree = _stage(self.course, reference, self.course.root / reference.checkpoint.solution, slot.tree)
             out = work_root / "out"
             out.mkdir()
-            run = self._run(tree, out, slot, str(secrets.randbits(64)))
+            try:
+                run = self._run(tree, out, slot, str(secrets.randbits(64)))
+            except slots.ServerFailed as error:
+                return _Failure(_("(the grading sandbox)"), "error", False, str(error))
             ran = _read_report(out / "report.jsonl")
             found = verdict.read_verdicts(ran.tests, reference.batch.disguises, reference.labs_of)
             passed = sum(1 for test in found.by_node.values() if test.outcome == "passed")
             if found.tampering or passed != len(reference.labs_of):
-                raise KitError(
-                    f"the solution of checkpoint {checkpoint.id} passes {passed} of {len(reference.labs_of)} "
-                    f"focused tests once they are disguised for grading (controls passed: {found.controls_passed}, "
-                    f"exit {run.returncode}); a test must not depend on its own name or position"
-                )
+                failing = [(node, test) for node, test in found.by_node.items() if test.outcome != "passed"]
+                missing = [node for node in reference.labs_of if node not in found.by_node]
+                if failing:
+                    node, test = failing[0]
+                    timed_out = run.timed_out or "timeout" in test.message.lower()
+                    return _Failure(node, test.outcome, timed_out, test.message)
+                detail = _(
+                    "disguised for grading: controls passed: {controls}, exit {code}; "
+                    "a test must not depend on its own name or position"
+                ).format(controls=found.controls_passed, code=run.returncode)
+                return _Failure(missing[0] if missing else _("(a control)"), "missing", run.timed_out, detail)
+            return None
         finally:
             shutil.rmtree(slot.tree, ignore_errors=True)
             shutil.rmtree(work_root, ignore_errors=True)
@@ -297,7 +358,12 @@ class Grader:
     def grade_all(
         self, folders: Sequence[Path], on_done: Callable[[LearnerRecord], None] | None = None
     ) -> list[LearnerRecord]:
-        """Grade every folder, `jobs` at a time; the records keep the order of `folders`."""
+        """Grade every folder, `jobs` at a time; the records keep the order of `folders`.
+
+        The references run first (`prepare`): one that keeps failing raises ReferenceFailed before
+        any learner is graded.
+        """
+        self.prepare(folders)
         # The slots' sandboxes start together, before the first learner, so their imports overlap.
         for slot in self.all_slots[: len(folders)]:
             if slot.server is not None:
@@ -314,6 +380,8 @@ class Grader:
         slot = self.slots.get()
         try:
             return self.grade_one(folder, slot)
+        except ReferenceFailed:
+            raise  # the instructor's problem: the batch stops, no learner is scored from it
         except Exception as error:  # one submission never stops the batch, whatever it holds
             record = LearnerRecord(
                 learner=copying.shown(folder.name or str(folder)), folder=clean(folder, 4096), status=ERROR
@@ -345,11 +413,9 @@ class Grader:
         if checkpoint is None:
             return record
         record.checkpoint = checkpoint.id
-        try:
-            reference = self.reference(checkpoint, slot)
-        except (KitError, slots.ServerFailed) as error:
-            record.status, record.message = ERROR, str(error)
-            return record
+        # A failing reference is the instructor's problem, never a learner's score: ReferenceFailed
+        # (and any other error of the reference) stops the batch instead of landing in this record.
+        reference = self.reference(checkpoint, slot)
         work_root = self._scratch_dir()
         try:
             try:
@@ -479,6 +545,30 @@ class Grader:
             return None
         record.flags.append(f"bare {self.course.package}/ submission (graded as --checkpoint)")
         return self.course.checkpoint(str(self.checkpoint_override))
+
+
+def _reference_error(checkpoint: Checkpoint, failure: _Failure, tries: int) -> str:
+    """The instructor's one line when the reference keeps failing: the test and the likely cause."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if failure.timed_out:
+        cause = _("a time limit (load average {load:.1f} on {cpus} CPU(s)); raise --timeout or grade later")
+    elif load > cpus:
+        cause = _("load (load average {load:.1f} on {cpus} CPU(s)); grade when the machine is quieter")
+    else:
+        cause = _("the solution or the test itself; run `pi-course verify {checkpoint}` and fix it")
+    detail = clean(failure.detail, 200).splitlines()[0] if failure.detail.strip() else ""
+    return _(
+        "the reference run of checkpoint {checkpoint}'s solution failed {tries} times, so no learner was "
+        "graded: {test} {outcome}{detail}; likely cause: {cause}"
+    ).format(
+        checkpoint=checkpoint.id,
+        tries=tries,
+        test=failure.test,
+        outcome=failure.outcome,
+        detail=f" ({detail})" if detail else "",
+        cause=cause.format(load=load, cpus=cpus, checkpoint=checkpoint.id),
+    )
 
 
 def _stage(course: Course, reference: Reference, source: Path, dest: Path) -> Path:
