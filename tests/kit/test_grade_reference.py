@@ -59,7 +59,9 @@ def make_flaky(root: Path, marks: Path) -> None:
         "    _FIRST_RESET = 1\n"
     )
     assert flaky != source
-    path.write_text(flaky.replace("\n\n\n# ## Lab 1.1", f"\n\n{prologue}\n\n# ## Lab 1.1", 1), encoding="utf-8")
+    path.write_text(
+        flaky.replace("\n\n\n# ## Lab 1.1", f"\n\n{prologue}\n\n# ## Lab 1.1", 1), encoding="utf-8"
+    )
     assert "_FIRST_RESET = 1" in path.read_text(encoding="utf-8")
 
 

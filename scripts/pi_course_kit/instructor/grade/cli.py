@@ -381,6 +381,12 @@ def run(args: argparse.Namespace) -> int:
             ),
             file=sys.stderr,
         )
+    try:
+        # The solution's reference runs first: one that keeps failing stops here, before any row.
+        grader.prepare([folder for _, folder in pairs])
+    except BaseException:
+        grader.close()
+        raise
     # The table's lab columns are the labs of the checkpoint(s) graded, not of every checkpoint of the course.
     checkpoints = graded_checkpoints(course, args.checkpoint, [folder for _, folder in pairs])
     lab_ids = [lab.id for cp in course.checkpoints if cp.id in checkpoints for lab in cp.labs]

@@ -239,23 +239,23 @@ class Grader:
             known = self.references.get(checkpoint.id)
             if known is not None and known.batch is not None:
                 return known
-            failure: _Failure | None = None
+            failures: list[_Failure] = []
             for _attempt in range(1 + REFERENCE_RETRIES):
                 # A reference set from outside (classroom's starter reference) is not learned again.
                 found = known if known is not None else self._learn(checkpoint)
                 if isinstance(found, _Failure):
-                    failure = found
+                    failures.append(found)
                     continue
                 reference = replace(found, batch=self._disguise(found))
                 if (self.course.root / checkpoint.solution).is_dir():  # an installed kit ships none
                     with self._slot(slot) as chosen:
                         failure = self._check_disguise(reference, chosen)
                     if failure is not None:
+                        failures.append(failure)
                         continue
                 self.references[checkpoint.id] = reference
                 return reference
-            assert failure is not None
-            raise ReferenceFailed(_reference_error(checkpoint, failure, 1 + REFERENCE_RETRIES))
+            raise ReferenceFailed(_reference_error(checkpoint, failures))
 
     def prepare(self, folders: Sequence[Path]) -> None:
         """Run the reference of every checkpoint these folders will be graded as, before any learner.
@@ -547,23 +547,30 @@ class Grader:
         return self.course.checkpoint(str(self.checkpoint_override))
 
 
-def _reference_error(checkpoint: Checkpoint, failure: _Failure, tries: int) -> str:
-    """The instructor's one line when the reference keeps failing: the test and the likely cause."""
+def _reference_error(checkpoint: Checkpoint, failures: Sequence[_Failure]) -> str:
+    """The instructor's one line when the reference keeps failing: the test and the likely cause.
+
+    A time-out points at the time limit, tries that failed differently at the load; the same failure
+    every time points at the solution or its test.
+    """
+    failure = failures[-1]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if failure.timed_out:
+    if any(found.timed_out for found in failures):
         cause = _("a time limit (load average {load:.1f} on {cpus} CPU(s)); raise --timeout or grade later")
-    elif load > cpus:
+    elif len({(found.test, found.outcome, found.detail) for found in failures}) > 1:
         cause = _("load (load average {load:.1f} on {cpus} CPU(s)); grade when the machine is quieter")
     else:
-        cause = _("the solution or the test itself; run `pi-course verify {checkpoint}` and fix it")
+        cause = _(
+            "the solution or its test (the same failure every time); run `pi-course verify {checkpoint}`"
+        )
     detail = clean(failure.detail, 200).splitlines()[0] if failure.detail.strip() else ""
     return _(
         "the reference run of checkpoint {checkpoint}'s solution failed {tries} times, so no learner was "
         "graded: {test} {outcome}{detail}; likely cause: {cause}"
     ).format(
         checkpoint=checkpoint.id,
-        tries=tries,
+        tries=len(failures),
         test=failure.test,
         outcome=failure.outcome,
         detail=f" ({detail})" if detail else "",
