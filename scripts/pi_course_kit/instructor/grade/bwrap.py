@@ -34,6 +34,7 @@ from pi_course_kit.instructor.grade import seccomp
 from pi_course_kit.instructor.grade.sandbox import Limits, Sandboxed
 
 BWRAP, UNSAFE = "bwrap", "limits (--unsafe)"
+HELD_ENV = "PI_COURSE_HELD_OUT_FD"  # held_plugin.HELD_ENV (that file runs in the sandbox, without the kit)
 # SITE's name matters: Hypothesis scans every module outside a ".../site-packages/" path for constants.
 WORK, SITE, KIT = "/grade/work", "/grade/site-packages", "/grade/kit"
 TREE = f"{WORK}/tree"  # the staged copy, always at this path, so one compiled test module fits every learner
@@ -389,6 +390,19 @@ def channel(name: str) -> int:
     return fd
 
 
+def memory_file(name: str, data: bytes) -> int:
+    """A sealed-for-exec memory file holding `data`, for a run to read once (the held-out modules).
+
+    Readable by the run's uid through its inherited descriptor only: it has no path on any disk.
+    """
+    fd = channel(name)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def collect(fd: int, path: Path) -> None:
     """Copy a channel's bytes into a new file of the grader's (mode 0600), replacing any there."""
     target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -421,6 +435,7 @@ def sandboxed(
     uid: int | None,
     env: Mapping[str, str],
     requires: tuple[str, ...] = (),
+    held: bytes | None = None,
 ) -> Sandboxed:
     """Run `python ARGS` in a fresh sandbox on `work`/tree; its records land in `out/report.jsonl`.
 
@@ -430,15 +445,20 @@ def sandboxed(
     secure_tree(work, uid)
     report, log = channel("pi-course-report"), channel("pi-course-output")
     rules = seccomp.descriptor()
+    given = [report, rules]
+    if held is not None:
+        given.append(memory_file("pi-course-held", held))
     try:
         run_env = {**env, JSON_ENV: f"/proc/self/fd/{report}"}
+        if held is not None:
+            run_env[HELD_ENV] = str(given[-1])  # read and closed by held_plugin before any learner code
         argv = command(work, kit, args, limits, uid, run_env, rules, requires)
         user = as_user(uid)
-        returncode, timed_out, seconds = run(argv, log, limits.wall_seconds, (report, rules), user, work)
+        returncode, timed_out, seconds = run(argv, log, limits.wall_seconds, given, user, work)
         collect(report, out / "report.jsonl")
         collect(log, out / "output.log")
     finally:
-        for fd in (report, log, rules):
+        for fd in (log, *given):
             os.close(fd)
     return Sandboxed(returncode, timed_out, read_tail(out / "output.log"), BWRAP, seconds)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import gc
 import importlib
 import json
@@ -41,6 +42,8 @@ import time
 from typing import Any
 
 REPORT_FD = 3  # in the child, where nothing else stays open
+HELD_FD = 4  # the held-out modules' memory file, when the run gets one (read and closed by held_plugin)
+HELD_ENV = "PI_COURSE_HELD_OUT_FD"  # held_plugin.HELD_ENV
 SETUP_FAILED = 125
 MAX_TMP_ENTRIES = 2_000
 PR_SET_DUMPABLE, PR_CAPBSET_DROP = 4, 24
@@ -169,15 +172,20 @@ def become(uid: int) -> None:
         raise OSError(ctypes.get_errno(), "cannot clear the capability sets")
 
 
-def child(request: dict[str, Any], report: int, log: int) -> int:
+def child(request: dict[str, Any], report: int, log: int, held: int | None = None) -> int:
     """In the forked child: become the learner's run, then run pytest; return its exit status."""
     os.setsid()
+    if held is not None:  # out of the way of the numbers below first
+        held = fcntl.fcntl(held, fcntl.F_DUPFD, 100)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.dup2(report, REPORT_FD)
-    os.closerange(REPORT_FD + 1, 65536)  # the control socket too: a run can never talk to the grader
+    if held is not None:
+        os.dup2(held, HELD_FD)
+        os.environ[HELD_ENV] = str(HELD_FD)
+    os.closerange(HELD_FD + 1 if held is not None else REPORT_FD + 1, 65536)  # the control socket too
     signal.signal(signal.SIGINT, signal.default_int_handler)
     uid = request["uid"]
     if uid is not None:
@@ -372,16 +380,17 @@ def serve(channel: socket.socket) -> int:
     """Answer run requests until the grader closes the socket; return 0 in the server, the run's status in a child."""
     send(channel, {"ready": True})
     while True:
-        message, fds, _, _ = socket.recv_fds(channel, 1 << 16, 2)
+        message, fds, _, _ = socket.recv_fds(channel, 1 << 16, 3)
         if not message:
             return 0
         request = json.loads(message)
-        if len(fds) != 2 or state() != BASELINE:
+        if len(fds) not in (2, 3) or state() != BASELINE:
             for fd in fds:
                 os.close(fd)
             send(channel, {"returncode": SETUP_FAILED, "timed_out": False, "seconds": 0.0, "fresh": False})
             return 0
-        report, log = fds
+        report, log = fds[:2]
+        held = fds[2] if len(fds) == 3 else None
         started = time.perf_counter()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -389,11 +398,13 @@ def serve(channel: socket.socket) -> int:
         if pid == 0:
             channel.detach()  # the descriptor is closed in `child`, with every other one it does not need
             try:
-                return child(request, report, log)
+                return child(request, report, log, held)
             except BaseException as error:  # a set-up failure, before or around pytest
                 os.write(2, f"pi-course-sandbox: {type(error).__name__}: {error}\n".encode())
                 return SETUP_FAILED
         os.close(report)
+        if held is not None:
+            os.close(held)
         try:
             returncode, stopped = wait(pid, float(request["wall_seconds"]), request["limits"])
             if stopped in STOPPED:  # in the run's own output, where the grader shows a crash's reason

@@ -25,7 +25,17 @@ from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
 from pi_course_kit.core.records import FolderMeta, RunReport, clean
 from pi_course_kit.core.runner import JSON_ENV, pytest_command
 from pi_course_kit.core.staging import TESTS_DIR, pytest_ini, stage_tree, test_files
-from pi_course_kit.instructor.grade import bwrap, copying, precompile, sandbox, scoring, slots, verdict
+from pi_course_kit.instructor.grade import (
+    bwrap,
+    copying,
+    held_out,
+    held_plugin,
+    precompile,
+    sandbox,
+    scoring,
+    slots,
+    verdict,
+)
 
 # What callers and tests read as `grader.X`: the gradebook's statuses and records, the sandbox's limits.
 from pi_course_kit.instructor.grade.gradebook import COMPLETE as COMPLETE
@@ -62,6 +72,7 @@ IMPORT_TIMEOUT_INI = "pi_course_import_timeout"  # the report plugin's ini key (
 #: The reference run of a checkpoint's solution is tried this many times more when it fails: a loaded
 #: machine can fail an honest run, and a failing reference must never reach a learner's score.
 REFERENCE_RETRIES = 2
+HELD_PLUGIN = "pi_course_held"  # held_plugin.py as the kit folder holds it (slots.install)
 
 
 class ReferenceFailed(KitError):
@@ -122,6 +133,9 @@ class Batch:
     sources: dict[str, bytes]
     disguises: dict[str, verdict.Disguise]
     compiled: dict[str, bytes]
+    #: The held-out test modules (name -> disguised source): staged as placeholders (`sources` holds
+    #: held_plugin.PLACEHOLDER for each) and handed to each run in memory, never written to its tree.
+    held: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -218,6 +232,8 @@ class Grader:
             raise
         self.references: dict[str, Reference] = {}
         self._counter = 0
+        #: slot folder -> the held-out modules its next run gets in memory (set where it is staged).
+        self._held: dict[Path, dict[str, bytes]] = {}
 
     def close(self) -> None:
         """Stop the slots' sandboxes, release the uids and remove every copy the grader made."""
@@ -303,9 +319,20 @@ class Grader:
         for name in sorted(modules):
             text, disguise = verdict.disguise_module(files[name].decode("utf-8"), rng)
             sources[name], disguises[name] = text.encode("utf-8"), disguise
+        # Held-out modules never reach a run's disk: a placeholder there, the source in memory (held_plugin).
+        # With --unsafe there is no sandbox to keep them from: they are staged like the public tests.
+        graded = set(checkpoint.tree_tests)
+        names = {Path(p).name for p in held_out.lineage_files(self.course, checkpoint) if p in graded}
+        held = {} if self.unsafe else {name: sources[name] for name in sorted(names)}
+        sources.update(dict.fromkeys(held, held_plugin.PLACEHOLDER))
         # The runs of --unsafe see their copy at its real path, not at bwrap.TREE: they compile themselves.
-        built = {} if self.unsafe else precompile.compiled(sources, modules, f"{bwrap.TREE}/{TESTS_DIR}")
-        return Batch(sources, disguises, built)
+        public = {name: data for name, data in sources.items() if name not in held}
+        built = (
+            {}
+            if self.unsafe
+            else precompile.compiled(public, modules - set(held), f"{bwrap.TREE}/{TESTS_DIR}")
+        )
+        return Batch(sources, disguises, built, held)
 
     @contextlib.contextmanager
     def _slot(self, slot: Slot | None) -> Iterator[Slot]:
@@ -329,6 +356,7 @@ class Grader:
         work_root = self._scratch_dir()
         try:
             tree = _stage(self.course, reference, self.course.root / reference.checkpoint.solution, slot.tree)
+            self._held[slot.work] = reference.batch.held
             out = work_root / "out"
             out.mkdir()
             try:
@@ -462,6 +490,7 @@ class Grader:
         work.mkdir()
         try:
             tree = _stage(self.course, reference, source, slot.tree)
+            self._held[slot.work] = reference.batch.held
             out = work / "out"
             out.mkdir()
             run = self._run(tree, out, slot, str(secrets.randbits(64)))
@@ -477,6 +506,7 @@ class Grader:
     def _run(self, tree: Path, out: Path, slot: Slot, order_seed: str) -> sandbox.Sandboxed:
         """Run the disguised focused tests in `tree`: in the slot's sandbox, or with limits only when unsafe."""
         import_seconds = max(1, int(self.limits.wall_seconds * IMPORT_SHARE))
+        held = self._held.pop(slot.work, {})
         args = [
             *pytest_command(
                 [
@@ -487,6 +517,7 @@ class Grader:
                     order_seed,
                     "-o",
                     f"{IMPORT_TIMEOUT_INI}={import_seconds}",
+                    *(["-p", HELD_PLUGIN] if held else []),
                 ]
             )[1:]
         ]
@@ -499,10 +530,20 @@ class Grader:
             return sandbox.run(
                 [sys.executable, *args], tree, env, self.limits, sandbox.LIMITS, out.parent / "output.log"
             )
+        bundle = json.dumps({name: data.decode("utf-8") for name, data in held.items()}).encode("utf-8")
         if slot.server is not None:
-            return slot.server.run(args[2:], self.limits, out)  # without "-m pytest": the server is pytest
+            # without "-m pytest": the server is pytest
+            return slot.server.run(args[2:], self.limits, out, bundle if held else None)
         return bwrap.sandboxed(
-            slot.work, out, self.kit_dir, args, self.limits, slot.uid, sandbox.RUN_ENV, self.course.requires
+            slot.work,
+            out,
+            self.kit_dir,
+            args,
+            self.limits,
+            slot.uid,
+            sandbox.RUN_ENV,
+            self.course.requires,
+            bundle if held else None,
         )
 
     def _practice_checkpoint(self, folder: Path, record: LearnerRecord) -> Checkpoint | None:

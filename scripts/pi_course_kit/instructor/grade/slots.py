@@ -26,6 +26,7 @@ from pi_course_kit.instructor.grade import bwrap, seccomp
 from pi_course_kit.instructor.grade.sandbox import Limits, Sandboxed
 
 SERVER_FILE = "forkserver.py"
+HELD_PLUGIN_FILE = "held_plugin.py"  # in the kit folder as pi_course_held.py (the name `-p` loads)
 READY_SECONDS = 120.0  # importing pytest and hypothesis on a very busy machine
 ANSWER_GRACE = 30.0  # beyond a run's wall time, before a silent server counts as hung
 LOST = -int(signal.SIGKILL)  # the exit status a run gets when its server died under it
@@ -36,8 +37,9 @@ class ServerFailed(Exception):
 
 
 def install(kit: Path) -> None:
-    """Copy the fork server into the kit folder every sandbox sees read-only."""
+    """Copy the fork server and the held-out plugin into the kit folder every sandbox sees read-only."""
     shutil.copyfile(Path(__file__).with_name(SERVER_FILE), kit / SERVER_FILE)
+    shutil.copyfile(Path(__file__).with_name(HELD_PLUGIN_FILE), kit / "pi_course_held.py")
 
 
 class SlotServer:
@@ -113,14 +115,20 @@ class SlotServer:
         self.is_ready = True
         return self.channel
 
-    def run(self, args: Sequence[str], limits: Limits, out: Path) -> Sandboxed:
-        """Run `python -m pytest ARGS` on the staged tree; records land in `out/report.jsonl`."""
+    def run(self, args: Sequence[str], limits: Limits, out: Path, held: bytes | None = None) -> Sandboxed:
+        """Run `python -m pytest ARGS` on the staged tree; records land in `out/report.jsonl`.
+
+        `held` (the held-out modules, see held_plugin.py) goes to the run in a third memory file.
+        """
         channel = self.ready()
         log_path = out / "output.log"
         bwrap.secure_tree(self.work, self.uid)
         # Memory files, never host files: the run must hold no descriptor it could fchmod into a
         # set-user-ID program on the host (see bwrap.channel).
         report, log = bwrap.channel("pi-course-report"), bwrap.channel("pi-course-output")
+        handed = [report, log]
+        if held is not None:
+            handed.append(bwrap.memory_file("pi-course-held", held))
         try:
             request = {
                 "cwd": bwrap.TREE,
@@ -132,7 +140,7 @@ class SlotServer:
                 "wall_seconds": limits.wall_seconds,
                 "report_env": JSON_ENV,
             }
-            socket.send_fds(channel, [json.dumps(request).encode("utf-8")], [report, log])
+            socket.send_fds(channel, [json.dumps(request).encode("utf-8")], handed)
             channel.settimeout(limits.wall_seconds + ANSWER_GRACE)
             try:
                 answer = channel.recv(1 << 16)
@@ -143,8 +151,8 @@ class SlotServer:
             bwrap.collect(report, out / "report.jsonl")
             bwrap.collect(log, log_path)
         finally:
-            os.close(report)
-            os.close(log)
+            for fd in handed:
+                os.close(fd)
         if not answer:
             # The server died or hung under this run: the run counts as lost (a crash), the next gets a new sandbox.
             return Sandboxed(LOST, False, bwrap.read_tail(log_path), bwrap.BWRAP, limits.wall_seconds)

@@ -1,0 +1,184 @@
+"""Red team, third series (issue #40): what learner code can find out, and what it can hold, while graded.
+
+Each attack is a learner of the fixture course whose own code attacks while it is graded, then turns
+what it found into its score: an attack that works fails Lab 1.1 on purpose, so a COMPLETE record
+means it found nothing. Each attack also checks that it really looked (it must find the public tests,
+or its own files), so none of these tests can pass because the attack did nothing. The course is a
+copy of the fixture with one held-out test for checkpoint a1. Under root the module runs again as a
+fresh unprivileged user.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FIXTURE
+from pi_course_kit.core import manifest
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor.grade import grader as grading
+from pi_course_kit.instructor.grade.sandbox import Limits, MiB
+from test_grade import TEACHING, make_learner
+from test_grade_attacks2_sandbox import own_flags, run_as_new_user
+
+ROOT = os.geteuid() == 0
+INNER = "PI_COURSE_ATTACKS3_INNER"
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
+
+HELD_OUT = "tests/held_out/test_a1_counter_held_out.py"
+#: Written only in the held-out file (the attacks spell it in two halves, so their own files lack it).
+SECRET = "held-secret-Zq7"
+HELD_SOURCE = f'''"""A held-out test of the fixture's checkpoint a1."""
+
+import pytest
+from fx_course import Counter
+
+SECRET = "{SECRET}"
+
+
+@pytest.mark.lab1_1
+def test_three_adds_count_three() -> None:
+    """加三次是不是 3？"""
+    counter = Counter()
+    counter.add()
+    counter.add()
+    assert counter.add() == 3 and SECRET
+'''
+
+#: Appended to the solved counter.py: Counter.add raises (Lab 1.1 fails) when ATTACK found something,
+#: or when it did not look (its `looked` check). ATTACK sets `found` and `looked`.
+WRAP = """
+
+_honest_add = Counter.add
+_verdict: list[tuple[bool, bool]] = []
+
+
+def _add(self):  # type: ignore[no-untyped-def]
+    if not _verdict:
+        _verdict.append(_attack())
+    found, looked = _verdict[0]
+    if found or not looked:
+        raise RuntimeError("the attack found something" if found else "the attack did not look")
+    return _honest_add(self)
+
+
+Counter.add = _add
+"""
+
+FIND_HELD_OUT = '''
+import os as _os
+import sys as _sys
+
+
+def _attack():  # type: ignore[no-untyped-def]
+    """Every file it can list (below / but /proc, /sys, /dev, /usr) or name (each module's __file__,
+    each open descriptor), read for the held-out source's literal and for the public tests' text."""
+    secret, public = ("held-" "secret-Zq7").encode(), ("From 41, " "does add return 42").encode()
+    paths = set()
+    for top, folders, files in _os.walk("/"):
+        if top == "/":
+            folders[:] = [f for f in folders if f not in ("proc", "sys", "dev", "usr")]
+        paths.update(_os.path.join(top, name) for name in files)
+    for module in list(_sys.modules.values()):
+        where = getattr(module, "__file__", None)
+        if isinstance(where, str):
+            paths.add(where)
+            paths.add(_os.path.join(_os.path.dirname(where), "__pycache__"))
+    for number in _os.listdir("/proc/self/fd"):
+        paths.add(f"/proc/self/fd/{number}")
+    found = looked = False
+    for path in sorted(paths):
+        names = [path]
+        if _os.path.isdir(path):
+            try:
+                names = [_os.path.join(path, n) for n in _os.listdir(path)]
+            except OSError:
+                continue
+        for name in names:
+            try:
+                with open(name, "rb") as handle:
+                    data = handle.read(1 << 22)
+            except OSError:
+                continue
+            found = found or secret in data
+            looked = looked or public in data
+    return found, looked
+'''
+
+
+def held_out_course(root: Path) -> Course:
+    """A copy of the fixture course whose checkpoint a1 has one held-out test."""
+    course_root = Path(shutil.copytree(FIXTURE, root / "course"))
+    (course_root / HELD_OUT).parent.mkdir(parents=True)
+    (course_root / HELD_OUT).write_text(HELD_SOURCE, encoding="utf-8")
+    toml = course_root / "course.toml"
+    text = toml.read_text(encoding="utf-8")
+    marker = 'contract = "docs/contract-a1.md"\n'
+    assert marker in text
+    toml.write_text(text.replace(marker, f'{marker}held_out = ["{HELD_OUT}"]\n', 1), encoding="utf-8")
+    return manifest.load(toml)
+
+
+def attacker(course: Course, checkpoint: Checkpoint, dest: Path, attack: str) -> Path:
+    """A finished learner whose counter.py runs `attack` when Lab 1.1's tests first call add()."""
+    folder = make_learner(course, checkpoint, dest, labs_from_solution=True)
+    tool = folder / TEACHING
+    tool.write_text(tool.read_text(encoding="utf-8") + attack + WRAP, encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def graded(
+    course: Course, checkpoint: Checkpoint, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """The attackers and an honest learner, graded in one slot's fork server and in fresh sandboxes."""
+    root = tmp_path_factory.mktemp("attacks3")
+    held = held_out_course(root)
+    a1 = held.checkpoint("a1")
+    folders = {
+        "honest": make_learner(course, checkpoint, root / "honest", labs_from_solution=True),
+        "find-held-out": attacker(course, checkpoint, root / "find-held-out", FIND_HELD_OUT),
+    }
+    found: dict[str, Any] = {}
+    limits = Limits(wall_seconds=60, cpu_seconds=30, memory_bytes=512 * MiB)
+    for mode, fresh in (("server", False), ("fresh", True)):
+        grader = grading.Grader(held, limits, jobs=1, fresh_sandboxes=fresh)
+        try:
+            records = grader.grade_all(list(folders.values()))
+        finally:
+            grader.close()
+        found[mode] = dict(zip(folders, records, strict=True))
+    found["checkpoint"] = a1
+    yield found
+
+
+@pytest.mark.parametrize("mode", ["server", "fresh"])
+def test_the_held_out_test_is_graded_from_memory(graded: dict[str, Any], mode: str) -> None:
+    """Does the honest learner pass Lab 1.1 with its held-out test counted (3 of 3), served without a file?"""
+    record = graded[mode]["honest"]
+    assert (record.status, own_flags(record)) == (grading.COMPLETE, []), record.message
+    lab = next(score for score in record.labs if score.id == "1.1")
+    assert (lab.passed, lab.total) == (3, 3)
+
+
+@pytest.mark.parametrize("mode", ["server", "fresh"])
+def test_learner_code_cannot_list_or_open_the_held_out_source(graded: dict[str, Any], mode: str) -> None:
+    """Reading every file it can list or name (module paths, caches, open descriptors), does learner code find no held-out source?"""
+    record = graded[mode]["find-held-out"]
+    assert record.status == grading.COMPLETE, [
+        (t.nodeid, t.outcome) for t in record.tests if t.outcome != "passed"
+    ]
+
+
+@pytest.mark.skipif(not ROOT or bool(os.environ.get(INNER)), reason="creates a user: needs root")
+def test_the_third_series_holds_for_an_unprivileged_instructor(tmp_path: Path) -> None:
+    """Run as a fresh unprivileged user, does this module pass there too?"""
+    done = run_as_new_user(Path(__file__).resolve(), INNER, tmp_path)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert re.search(r"\d+ passed", done.stdout) and " failed" not in done.stdout
+    assert re.search(r"\b1 skipped", done.stdout), done.stdout[-2000:]
