@@ -22,7 +22,7 @@ from conftest import FIXTURE
 from pi_course_kit.core import manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.grade import grader as grading
-from pi_course_kit.instructor.grade.sandbox import Limits, MiB
+from pi_course_kit.instructor.grade.sandbox import Limits, MiB, Sandboxed
 from test_grade import TEACHING, make_learner
 from test_grade_attacks2_sandbox import own_flags, run_as_new_user
 
@@ -111,6 +111,33 @@ def _attack():  # type: ignore[no-untyped-def]
 '''
 
 
+# Five children, each mapping 200 MiB of MAP_SHARED|MAP_ANONYMOUS memory (mmap's default with no
+# file): each far below the per-process limit, together twice --memory 512. statm's "shared" column
+# counts these pages as shared, so "resident minus shared" saw none of them.
+SHARED_CHILDREN = """
+
+import mmap as _mmap
+import os as _os
+import time as _time
+
+_children = []
+for _ in range(5):
+    _pid = _os.fork()
+    if _pid == 0:
+        try:
+            _area = _mmap.mmap(-1, 200 << 20)
+            for _at in range(0, 200 << 20, 4096):
+                _area[_at] = 1  # written, so resident
+        except (OSError, MemoryError):
+            pass
+        _time.sleep(60)
+        _os._exit(0)
+    _children.append(_pid)
+for _pid in _children:
+    _os.waitpid(_pid, 0)
+"""
+
+
 def held_out_course(root: Path) -> Course:
     """A copy of the fixture course whose checkpoint a1 has one held-out test."""
     course_root = Path(shutil.copytree(FIXTURE, root / "course"))
@@ -173,6 +200,54 @@ def test_learner_code_cannot_list_or_open_the_held_out_source(graded: dict[str, 
     assert record.status == grading.COMPLETE, [
         (t.nodeid, t.outcome) for t in record.tests if t.outcome != "passed"
     ]
+
+
+@pytest.mark.parametrize(("mode", "level"), [("server", "proc"), ("fresh", "per-process")])
+def test_each_record_says_how_its_memory_was_counted(graded: dict[str, Any], mode: str, level: str) -> None:
+    """Does the record say how its run's memory was held to --memory (summed from /proc, or per process)?"""
+    assert graded[mode]["honest"].memory == level
+
+
+@pytest.fixture(scope="module")
+def shared_memory(
+    course: Course, checkpoint: Checkpoint, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """The shared-memory attacker and an honest learner after it, in one slot; records and runs."""
+    root = tmp_path_factory.mktemp("shared-memory")
+    folder = make_learner(course, checkpoint, root / "shared", labs_from_solution=True)
+    tool = folder / TEACHING
+    tool.write_text(tool.read_text(encoding="utf-8") + SHARED_CHILDREN, encoding="utf-8")
+    after = make_learner(course, checkpoint, root / "after", labs_from_solution=True)
+    grader = grading.Grader(course, Limits(wall_seconds=40, cpu_seconds=30, memory_bytes=512 * MiB), jobs=1)
+    runs: list[Sandboxed] = []
+    real_run = grader._run
+
+    def run(tree: Path, out: Path, slot: grading.Slot, order_seed: str) -> Sandboxed:
+        runs.append(real_run(tree, out, slot, order_seed))
+        return runs[-1]
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(grader, "_run", run)
+        try:
+            grader.reference(checkpoint)
+            found: dict[str, Any] = {}
+            for learner in (folder, after):
+                first = len(runs)
+                found[learner.name] = {"record": grader.grade_one(learner), "runs": runs[first:]}
+            yield found
+        finally:
+            grader.close()
+
+
+def test_children_holding_shared_anonymous_memory_are_stopped_at_the_run_s_limit(
+    shared_memory: dict[str, Any],
+) -> None:
+    """Five children holding 1 GiB of MAP_SHARED|MAP_ANONYMOUS pages under --memory 512: is every run stopped for memory, graded no better than a crash?"""
+    graded = shared_memory["shared"]
+    assert [run.stopped for run in graded["runs"]] == ["memory"] * len(graded["runs"]) != []
+    assert graded["record"].status == grading.CRASHED and graded["record"].passed == 0
+    after = shared_memory["after"]
+    assert (after["record"].status, [run.stopped for run in after["runs"]]) == (grading.COMPLETE, [""])
 
 
 @pytest.mark.skipif(not ROOT or bool(os.environ.get(INNER)), reason="creates a user: needs root")

@@ -31,7 +31,7 @@ from typing import Any
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.runner import JSON_ENV
 from pi_course_kit.instructor.grade import seccomp
-from pi_course_kit.instructor.grade.sandbox import Limits, Sandboxed
+from pi_course_kit.instructor.grade.sandbox import MEMORY_PER_PROCESS, Limits, Sandboxed
 
 BWRAP, UNSAFE = "bwrap", "limits (--unsafe)"
 HELD_ENV = "PI_COURSE_HELD_OUT_FD"  # held_plugin.HELD_ENV (that file runs in the sandbox, without the kit)
@@ -460,7 +460,8 @@ def sandboxed(
     finally:
         for fd in (log, *given):
             os.close(fd)
-    return Sandboxed(returncode, timed_out, read_tail(out / "output.log"), BWRAP, seconds)
+    tail = read_tail(out / "output.log")
+    return Sandboxed(returncode, timed_out, tail, BWRAP, seconds, memory=MEMORY_PER_PROCESS)
 
 
 def secure_tree(work: Path, uid: int | None) -> None:

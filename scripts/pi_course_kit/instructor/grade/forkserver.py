@@ -62,6 +62,8 @@ SHARED_FOLDERS = ("/tmp", "/dev/mqueue", "/dev/shm")
 BASELINE: list[object] = []
 SHARED: list[int] = []  # own_memory() once the server is ready
 POLL_SECONDS = 0.05
+#: How this server counts a run's memory (the record's `memory`): every process's RssAnon + RssShmem.
+MEMORY_LEVEL = "proc"
 STOPPED = {
     "cpu": "the run's processes together used more than {cpu_seconds} s of CPU time",
     "memory": "the run's processes together held more than {memory_bytes} bytes of memory",
@@ -207,14 +209,27 @@ def child(request: dict[str, Any], report: int, log: int, held: int | None = Non
     return int(pytest.main(list(request["args"])))
 
 
+def resident(pid: str) -> int:
+    """The memory a process holds that no file on disk backs, in bytes: RssAnon plus RssShmem.
+
+    RssShmem counts shared memory (MAP_SHARED|MAP_ANONYMOUS, System V and POSIX shared memory) that
+    the process has mapped: the kernel charges it to nobody's anonymous memory, and `statm`'s
+    "shared" column hides it among file pages (issue #40, M1). A mapping shared by several processes
+    counts once per process: the sum can only be larger than what the run holds, never smaller.
+    """
+    with open(f"/proc/{pid}/status", "rb") as handle:
+        found = dict(line.split(b":", 1) for line in handle.read().splitlines() if b":" in line)
+    return sum(int(found.get(key, b"0 kB").split()[0]) for key in (b"RssAnon", b"RssShmem")) * 1024
+
+
 def usage() -> tuple[float, int, int]:
-    """CPU seconds, anonymous memory in bytes and number of every process of the sandbox but this one.
+    """CPU seconds, unbacked memory in bytes and number of every process of the sandbox but this one.
 
     Between two runs the server ends every process, so whatever the PID namespace holds now is the
     run's. CPU counts each process with the children it has reaped (`cutime`, `cstime`), so time
-    spent by processes already gone still counts. /proc/PID/stat and statm need no ptrace rights.
+    spent by processes already gone still counts. /proc/PID/stat and status need no ptrace rights.
     """
-    ticks, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+    ticks = os.sysconf("SC_CLK_TCK")
     cpu = memory = count = 0
     for name in os.listdir("/proc"):
         if not name.isdigit() or name == "1":
@@ -222,21 +237,17 @@ def usage() -> tuple[float, int, int]:
         try:
             with open(f"/proc/{name}/stat", "rb") as handle:
                 fields = handle.read().rsplit(b")", 1)[1].split()
-            with open(f"/proc/{name}/statm", "rb") as handle:
-                pages = handle.read().split()
             used = sum(int(field) for field in fields[11:15])  # utime, stime, cutime, cstime
-            resident = max(0, int(pages[1]) - int(pages[2])) * page  # resident minus file-backed
+            held = resident(name)
         except (OSError, ValueError, IndexError):  # gone meanwhile: its time is in its parent's cutime
             continue
-        cpu, memory, count = cpu + used, memory + resident, count + 1
+        cpu, memory, count = cpu + used, memory + held, count + 1
     return cpu / ticks, memory, count
 
 
 def own_memory() -> int:
-    """This process's anonymous resident memory: what each forked process may share with it."""
-    with open("/proc/self/statm", "rb") as handle:
-        pages = handle.read().split()
-    return max(0, int(pages[1]) - int(pages[2])) * os.sysconf("SC_PAGE_SIZE")
+    """This process's unbacked resident memory: what each forked process may share with it."""
+    return resident("self")
 
 
 def over(limits: dict[str, Any]) -> str:
@@ -415,7 +426,12 @@ def serve(channel: socket.socket) -> int:
             os.close(log)
         fresh = clean_up()
         seconds = time.perf_counter() - started
-        answer = {"returncode": returncode, "timed_out": stopped in ("wall", "cpu"), "seconds": seconds}
+        answer = {
+            "returncode": returncode,
+            "timed_out": stopped in ("wall", "cpu"),
+            "seconds": seconds,
+            "memory": MEMORY_LEVEL,
+        }
         send(channel, {**answer, "fresh": fresh, "stopped": stopped})
         if not fresh:
             return 0

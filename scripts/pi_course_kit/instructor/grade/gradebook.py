@@ -147,6 +147,8 @@ class LearnerRecord:
     flags: list[str] = field(default_factory=list)
     message: str = ""
     sandbox: str = ""
+    #: How the run's memory was held to --memory: "cgroup", "proc" or "per-process" (sandbox.MEMORY_*).
+    memory: str = ""
     seconds: float = 0.0
     #: One verdict per pristine test, in run order ("missing" when it did not run).
     tests: list[TestVerdict] = field(default_factory=list)
@@ -184,6 +186,7 @@ class LearnerRecord:
             flags=_texts(data, "flags"),
             message=_text(data, "message"),
             sandbox=_text(data, "sandbox", limit=200),
+            memory=_text(data, "memory", limit=40),
             seconds=float(seconds),
             tests=[TestVerdict.from_json(test) for test in tests],
             durations={

@@ -496,7 +496,7 @@ class Grader:
             run = self._run(tree, out, slot, str(secrets.randbits(64)))
         finally:
             shutil.rmtree(slot.tree, ignore_errors=True)
-        record.sandbox = run.level
+        record.sandbox, record.memory = run.level, run.memory
         ran = _read_report(out / "report.jsonl")
         verdicts = verdict.read_verdicts(ran.tests, reference.batch.disguises, reference.labs_of)
         found = scoring.Found(verdicts.by_node, verdicts.tampering, ran.finished, ran.collect_errors)

@@ -24,6 +24,11 @@ from pathlib import Path
 from typing import Any
 
 ISOLATED, UID, LIMITS = "isolated", "uid", "limits"
+#: How a run's memory is held to --memory, most exact first: the kernel's own count for the whole run
+#: (a cgroup v2 with memory.max and pids.max), the sum of every process's RssAnon + RssShmem polled
+#: from /proc (the fork server), or each process's address space alone (setrlimit; a fresh sandbox
+#: per learner and --unsafe, where a run of many processes may hold their sum).
+MEMORY_CGROUP, MEMORY_PROC, MEMORY_PER_PROCESS = "cgroup", "proc", "per-process"
 #: What every graded run's environment holds, sandboxed or not (each adds its own PATH, HOME, TMPDIR).
 RUN_ENV = {
     "LANG": "C.UTF-8",
@@ -59,6 +64,8 @@ class Sandboxed:
     seconds: float
     #: Which limit of the whole run stopped it ("wall", "cpu", "memory": see forkserver.wait), or "".
     stopped: str = ""
+    #: How the run's memory was held to its limit (MEMORY_LEVELS), the record's `memory`.
+    memory: str = ""
 
     @property
     def setup_failed(self) -> bool:
@@ -203,7 +210,8 @@ def run(
             _kill_group(process.pid)
             process.wait()
     output = log.read_bytes()[-200_000:].decode("utf-8", "replace")
-    return Sandboxed(returncode, timed_out, output, level, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    return Sandboxed(returncode, timed_out, output, level, seconds, memory=MEMORY_PER_PROCESS)
 
 
 def _kill_group(pgid: int) -> None:

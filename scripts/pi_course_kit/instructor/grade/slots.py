@@ -166,6 +166,7 @@ class SlotServer:
             bwrap.BWRAP,
             float(ended["seconds"]),
             str(ended.get("stopped", "")),
+            str(ended.get("memory", "")),
         )
 
     def stop(self) -> None:
