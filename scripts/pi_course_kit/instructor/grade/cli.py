@@ -43,7 +43,14 @@ from pi_course_kit.instructor.grade.gradebook import (
     summary,
     write_json_lines,
 )
-from pi_course_kit.instructor.grade.grader import MAX_META_BYTES, META, Grader, Limits, MiB
+from pi_course_kit.instructor.grade.grader import (
+    MAX_META_BYTES,
+    META,
+    OTHER_CHECKPOINT_FLAG,
+    Grader,
+    Limits,
+    MiB,
+)
 from pi_course_kit.instructor.options import add_manifest_option, load_course
 
 MERGE = "merge"
@@ -244,6 +251,14 @@ def _print_summary(course: Course, records: Sequence[LearnerRecord]) -> None:
         print(
             _("  {count} learner(s) edited the focused tests (the edits had no effect)").format(
                 count=overview.tests_edited
+            )
+        )
+    others = [r for r in records if any(f.startswith(OTHER_CHECKPOINT_FLAG) for f in r.flags)]
+    if others:
+        flag = next(f for f in others[0].flags if f.startswith(OTHER_CHECKPOINT_FLAG))
+        print(
+            _("  warning: {count} folder(s) of another checkpoint, e.g. {learner}: {flag}").format(
+                count=len(others), learner=others[0].learner, flag=flag
             )
         )
     ungraded = [r for r in records if r.status in UNGRADED]

@@ -62,6 +62,11 @@ MAX_REPORT_BYTES = 8 * 1024 * 1024
 MAX_META_BYTES = 64 * 1024
 FIRST_UID = bwrap.FIRST_UID  # unprivileged uids, one per parallel slot and batch (claimed by lock files)
 
+#: A folder whose meta.json names another checkpoint than the one it is graded as, or than the batch's
+#: (issue #40, K1): the instructor's --checkpoint decides, the record and the batch summary say so.
+OTHER_CHECKPOINT_FLAG = "folder of checkpoint "
+OTHER_CHECKPOINT_GIVEN = OTHER_CHECKPOINT_FLAG + "{found}: graded as {graded} (--checkpoint)"
+OTHER_CHECKPOINT_BATCH = OTHER_CHECKPOINT_FLAG + "{found}: graded as {found}, the batch is mostly {batch}"
 RERUN_FLAG = (
     "re-run once: the first run ended without its report (exit code {code}); graded by the second run"
 )
@@ -234,6 +239,8 @@ class Grader:
         self._counter = 0
         #: slot folder -> the held-out modules its next run gets in memory (set where it is staged).
         self._held: dict[Path, dict[str, bytes]] = {}
+        #: The checkpoint most folders of the batch are of (`prepare`), when no --checkpoint decides.
+        self.batch_checkpoint: str | None = None
 
     def close(self) -> None:
         """Stop the slots' sandboxes, release the uids and remove every copy the grader made."""
@@ -279,12 +286,17 @@ class Grader:
         Raises ReferenceFailed (the batch stops) when one keeps failing; no learner has been run by then.
         """
         wanted: dict[str, Checkpoint] = {}
+        counts: dict[str, int] = {}
         for folder in folders:
             probe = LearnerRecord(learner="", folder="", status=SKIPPED)
             with contextlib.suppress(KitError, ManifestError, OSError):
                 found = self._practice_checkpoint(folder, probe)
                 if found is not None:
                     wanted.setdefault(found.id, found)
+                    counts[found.id] = counts.get(found.id, 0) + 1
+        if counts and self.checkpoint_override is None:
+            order = [checkpoint.id for checkpoint in self.course.checkpoints]
+            self.batch_checkpoint = max(counts, key=lambda cid: (counts[cid], order.index(cid)))
         for checkpoint in wanted.values():
             self.reference(checkpoint)
 
@@ -569,7 +581,13 @@ class Grader:
             return None
         try:
             meta = FolderMeta.from_json(migrate_meta(json.loads(data.decode("utf-8")), META.as_posix()))
-            return self.course.checkpoint(self.checkpoint_override or meta.checkpoint)
+            graded = self.course.checkpoint(self.checkpoint_override or meta.checkpoint)
+            found = clean(meta.checkpoint, 40)
+            if found != graded.id:
+                record.flags.append(OTHER_CHECKPOINT_GIVEN.format(found=found, graded=graded.id))
+            elif self.batch_checkpoint not in (None, graded.id):
+                record.flags.append(OTHER_CHECKPOINT_BATCH.format(found=found, batch=self.batch_checkpoint))
+            return graded
         except (ValueError, AttributeError, TypeError) as error:
             record.message = clean(
                 f"{META.as_posix()} is unreadable ({error}); recreate it or pass --checkpoint"
