@@ -257,3 +257,33 @@ def test_the_third_series_holds_for_an_unprivileged_instructor(tmp_path: Path) -
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert re.search(r"\d+ passed", done.stdout) and " failed" not in done.stdout
     assert re.search(r"\b1 skipped", done.stdout), done.stdout[-2000:]
+
+
+#: Lab 1.2's reset blocks in a C call (no frame of the learner's on the stack, so no loop to point
+#: at): before the fix each of the lab's tests waited its whole time limit, and together they
+#: outlasted the run's wall time, which zeroed Lab 1.1 too.
+BLOCKING_RESET = """
+
+import functools as _functools
+import time as _time
+
+Counter.reset = _functools.partial(_time.sleep, 3600)  # type: ignore[method-assign]
+"""
+
+
+def test_a_lab_that_hangs_costs_that_lab_and_the_others_are_graded(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Lab 1.2 hangs in every test: is Lab 1.1 still graded in full, and the run not stopped by its wall time?"""
+    folder = make_learner(course, checkpoint, tmp_path / "hangs", labs_from_solution=True)
+    tool = folder / TEACHING
+    tool.write_text(tool.read_text(encoding="utf-8") + BLOCKING_RESET, encoding="utf-8")
+    # Three tests of Lab 1.2 at the 10 s per-test limit outlast 25 s; one does not.
+    grader = grading.Grader(course, Limits(wall_seconds=25, cpu_seconds=25), jobs=1)
+    try:
+        record = grader.grade_all([folder])[0]
+    finally:
+        grader.close()
+    labs = {lab.id: (lab.passed, lab.total) for lab in record.labs}
+    assert record.status == grading.PARTIAL, (record.status, record.message, record.flags)
+    assert labs["1.1"] == (2, 2) and labs["1.2"] == (0, 3)

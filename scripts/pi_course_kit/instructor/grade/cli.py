@@ -151,7 +151,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fresh-sandbox",
         action="store_true",
-        help=_("a new sandbox for every learner instead of one fork server per job slot (slower, about x2)"),
+        help=_(
+            "a new sandbox for every learner instead of one fork server per job slot (slower, about 1.5 times the time)"
+        ),
     )
     add_manifest_option(parser)
 

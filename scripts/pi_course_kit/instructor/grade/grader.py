@@ -78,6 +78,7 @@ IMPORT_TIMEOUT_INI = "pi_course_import_timeout"  # the report plugin's ini key (
 #: machine can fail an honest run, and a failing reference must never reach a learner's score.
 REFERENCE_RETRIES = 2
 HELD_PLUGIN = "pi_course_held"  # held_plugin.py as the kit folder holds it (slots.install)
+LAB_TIME_PLUGIN = "pi_course_lab_time"  # lab_time.py: one time-out per lab (issue #37)
 
 
 class ReferenceFailed(KitError):
@@ -527,6 +528,8 @@ class Grader:
                     verdict.ORDER_PLUGIN,
                     "--pi-course-order",
                     order_seed,
+                    "-p",
+                    LAB_TIME_PLUGIN,
                     "-o",
                     f"{IMPORT_TIMEOUT_INI}={import_seconds}",
                     *(["-p", HELD_PLUGIN] if held else []),

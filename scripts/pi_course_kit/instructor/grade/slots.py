@@ -27,6 +27,7 @@ from pi_course_kit.instructor.grade.sandbox import Limits, Sandboxed
 
 SERVER_FILE = "forkserver.py"
 HELD_PLUGIN_FILE = "held_plugin.py"  # in the kit folder as pi_course_held.py (the name `-p` loads)
+LAB_TIME_FILE = "lab_time.py"  # in the kit folder as pi_course_lab_time.py
 READY_SECONDS = 120.0  # importing pytest and hypothesis on a very busy machine
 ANSWER_GRACE = 30.0  # beyond a run's wall time, before a silent server counts as hung
 LOST = -int(signal.SIGKILL)  # the exit status a run gets when its server died under it
@@ -37,9 +38,10 @@ class ServerFailed(Exception):
 
 
 def install(kit: Path) -> None:
-    """Copy the fork server and the held-out plugin into the kit folder every sandbox sees read-only."""
+    """Copy the fork server and the grading plugins into the kit folder every sandbox sees read-only."""
     shutil.copyfile(Path(__file__).with_name(SERVER_FILE), kit / SERVER_FILE)
     shutil.copyfile(Path(__file__).with_name(HELD_PLUGIN_FILE), kit / "pi_course_held.py")
+    shutil.copyfile(Path(__file__).with_name(LAB_TIME_FILE), kit / "pi_course_lab_time.py")
 
 
 class SlotServer:
