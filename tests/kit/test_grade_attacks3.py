@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ import pytest
 from conftest import FIXTURE
 from pi_course_kit.core import manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor.grade import bwrap
 from pi_course_kit.instructor.grade import grader as grading
 from pi_course_kit.instructor.grade.sandbox import Limits, MiB, Sandboxed
 from test_grade import TEACHING, make_learner
@@ -138,6 +141,41 @@ for _pid in _children:
 """
 
 
+def host_paths() -> list[str]:
+    """Host paths no mount or descriptor inside a sandbox may name: the checkout, the venv, and
+    (where the grader mounts its scratch as a file system of its own: root with CAP_SYS_ADMIN) the
+    scratch under the temporary folder; $HOME too unless the interpreter itself is installed there
+    (its installation is bound where it is: the one host path left, see the threat model)."""
+    paths = [str(Path(__file__).resolve().parents[2]), sys.prefix]
+    if bwrap.root_builds_namespaces():
+        paths.append(os.path.join(tempfile.gettempdir(), "pi-course-grade-"))
+    home = os.path.expanduser("~")
+    if home not in ("/", "") and not Path(sys.base_prefix).resolve().is_relative_to(home):
+        paths.append(home.rstrip("/") + "/")
+    return paths
+
+
+FIND_HOST_PATHS = """
+import os as _os
+
+
+def _attack():  # type: ignore[no-untyped-def]
+    \"\"\"Whether /proc/self/mountinfo or the target of any open descriptor (or the working folder)
+    names a host path; `looked` when mountinfo was read and names the staged tree's mount.\"\"\"
+    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        mounts = handle.read()
+    targets = []
+    for number in _os.listdir("/proc/self/fd"):
+        try:
+            targets.append(_os.readlink(f"/proc/self/fd/{number}"))
+        except OSError:  # the descriptor that listed the folder, closed by now
+            continue
+    targets.append(_os.readlink("/proc/self/cwd"))
+    text = mounts + "\\n".join(targets)
+    return any(path in text for path in HOST_PATHS), "/grade/work" in mounts and len(targets) > 2
+"""
+
+
 def held_out_course(root: Path) -> Course:
     """A copy of the fixture course whose checkpoint a1 has one held-out test."""
     course_root = Path(shutil.copytree(FIXTURE, root / "course"))
@@ -170,6 +208,12 @@ def graded(
     folders = {
         "honest": make_learner(course, checkpoint, root / "honest", labs_from_solution=True),
         "find-held-out": attacker(course, checkpoint, root / "find-held-out", FIND_HELD_OUT),
+        "find-host-paths": attacker(
+            course,
+            checkpoint,
+            root / "find-host-paths",
+            f"\nHOST_PATHS = {host_paths()!r}\n{FIND_HOST_PATHS}",
+        ),
     }
     found: dict[str, Any] = {}
     limits = Limits(wall_seconds=60, cpu_seconds=30, memory_bytes=512 * MiB)
@@ -197,6 +241,15 @@ def test_the_held_out_test_is_graded_from_memory(graded: dict[str, Any], mode: s
 def test_learner_code_cannot_list_or_open_the_held_out_source(graded: dict[str, Any], mode: str) -> None:
     """Reading every file it can list or name (module paths, caches, open descriptors), does learner code find no held-out source?"""
     record = graded[mode]["find-held-out"]
+    assert record.status == grading.COMPLETE, [
+        (t.nodeid, t.outcome) for t in record.tests if t.outcome != "passed"
+    ]
+
+
+@pytest.mark.parametrize("mode", ["server", "fresh"])
+def test_no_mount_or_descriptor_names_a_host_path(graded: dict[str, Any], mode: str) -> None:
+    """Reading /proc/self/mountinfo and where its descriptors point, does learner code find no host path (checkout, venv, scratch)?"""
+    record = graded[mode]["find-host-paths"]
     assert record.status == grading.COMPLETE, [
         (t.nodeid, t.outcome) for t in record.tests if t.outcome != "passed"
     ]

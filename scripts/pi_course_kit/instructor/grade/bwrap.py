@@ -12,6 +12,7 @@ sets the limits. Without root, bwrap uses an unprivileged user namespace.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import functools
 import importlib.metadata
@@ -49,6 +50,9 @@ FIRST_UID, UID_SLOTS = 200_000, 4096
 SCRATCH_BYTES = 64 * 1024 * 1024
 CAP_SYS_ADMIN = 21  # linux/capability.h
 MFD_NOEXEC_SEAL = 0x0008  # linux/memfd.h, Linux 6.3; not in Python's os before 3.12
+#: The scratch's copy of the allow-listed packages, beside the slots' folders (`copy_site`).
+SITE_COPY = "site"
+MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2  # linux/mount.h
 
 
 def fix(kind: str) -> str:
@@ -227,8 +231,10 @@ def _sandbox(
         argv += ["--tmpfs", folder, "--remount-ro", folder]
     for folder in ("/grade", SITE):
         argv += ["--perms", "0755", "--dir", folder]
+    copies = work.parent / SITE_COPY  # bound from the scratch's copies: no mount names the venv
     for path in site_paths(requires):
-        argv += ["--ro-bind", str(path), f"{SITE}/{path.name}"]
+        source = copies / path.name if (copies / path.name).exists() else path
+        argv += ["--ro-bind", str(source), f"{SITE}/{path.name}"]
     argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
     # The filter denies the keyring calls; these two files would still list the grader's keys by name.
     argv += ["--ro-bind", "/dev/null", "/proc/keys", "--ro-bind", "/dev/null", "/proc/key-users"]
@@ -462,6 +468,42 @@ def sandboxed(
             os.close(fd)
     tail = read_tail(out / "output.log")
     return Sandboxed(returncode, timed_out, tail, BWRAP, seconds, memory=MEMORY_PER_PROCESS)
+
+
+def private_scratch(scratch: Path) -> bool:
+    """Mount a fresh tmpfs on the (empty) scratch folder, as root with CAP_SYS_ADMIN; True when done.
+
+    Bind mounts show their source's path inside its file system in /proc/self/mountinfo: a slot's
+    folder bound from the host's /tmp named the scratch's host path inside the sandbox (issue #40,
+    H3). On a file system of its own, what every bind below the scratch shows is `/slot-0`, `/kit`,
+    `/site/pytest`. Without the right to mount, the scratch stays a plain folder.
+    """
+    if not root_builds_namespaces():
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    done = libc.mount(b"pi-course", os.fsencode(scratch), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0700")
+    return bool(done == 0)
+
+
+def release_scratch(scratch: Path) -> None:
+    """Detach the scratch's tmpfs (`private_scratch`); its files go with it."""
+    ctypes.CDLL(None, use_errno=True).umount2(os.fsencode(scratch), MNT_DETACH)
+
+
+def copy_site(scratch: Path, requires: tuple[str, ...] = ()) -> None:
+    """Copy the allow-listed packages into the scratch, which the sandboxes bind them from.
+
+    A bind of the venv's own folders named the venv's host path (the course checkout's) in every
+    run's /proc/self/mountinfo. The copies keep their bytecode caches, whose code Python renames to
+    the path it imports from.
+    """
+    target = scratch / SITE_COPY
+    target.mkdir(mode=0o755)
+    for path in site_paths(requires):
+        if path.is_dir():
+            shutil.copytree(path, target / path.name, symlinks=False)
+        else:
+            shutil.copy2(path, target / path.name)
 
 
 def secure_tree(work: Path, uid: int | None) -> None:

@@ -186,7 +186,11 @@ class Grader:
                 "--unsafe is refused as root: learner code must never run as uid 0; grade without it"
             )
         self.scratch = Path(tempfile.mkdtemp(prefix="pi-course-grade-"))
+        # As root, a tmpfs of its own, so no mount inside a sandbox names a host path (issue #40, H3).
+        self.private_scratch = not unsafe and bwrap.private_scratch(self.scratch)
         os.chmod(self.scratch, 0o700)  # no other local user may enter: the staged trees are in it
+        if not unsafe:
+            bwrap.copy_site(self.scratch, self.course.requires)
         # Plugins and the fork server the grader ships into every sandbox read-only (never inside the learner's copy).
         self.kit_dir = self.scratch / "kit"
         self.kit_dir.mkdir(mode=0o755)
@@ -251,6 +255,10 @@ class Grader:
         if self._uids is not None:
             self._uids.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.private_scratch:
+            bwrap.release_scratch(self.scratch)
+            with contextlib.suppress(OSError):
+                os.rmdir(self.scratch)
 
     def reference(self, checkpoint: Checkpoint, slot: Slot | None = None) -> Reference:
         """The pristine tests of each lab (one trusted run of the solution) and this batch's disguise.
