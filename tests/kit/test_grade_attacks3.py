@@ -239,7 +239,7 @@ def test_the_held_out_test_is_graded_from_memory(graded: dict[str, Any], mode: s
 
 @pytest.mark.parametrize("mode", ["server", "fresh"])
 def test_learner_code_cannot_list_or_open_the_held_out_source(graded: dict[str, Any], mode: str) -> None:
-    """Reading every file it can list or name (module paths, caches, open descriptors), does learner code find no held-out source?"""
+    """Reading every file it can list or name (module paths, caches, descriptors): no held-out source?"""
     record = graded[mode]["find-held-out"]
     assert record.status == grading.COMPLETE, [
         (t.nodeid, t.outcome) for t in record.tests if t.outcome != "passed"
@@ -248,7 +248,7 @@ def test_learner_code_cannot_list_or_open_the_held_out_source(graded: dict[str, 
 
 @pytest.mark.parametrize("mode", ["server", "fresh"])
 def test_no_mount_or_descriptor_names_a_host_path(graded: dict[str, Any], mode: str) -> None:
-    """Reading /proc/self/mountinfo and where its descriptors point, does learner code find no host path (checkout, venv, scratch)?"""
+    """Reading mountinfo and its descriptors' targets, does learner code find no checkout, venv or scratch?"""
     record = graded[mode]["find-host-paths"]
     assert record.status == grading.COMPLETE, [
         (t.nodeid, t.outcome) for t in record.tests if t.outcome != "passed"
@@ -295,7 +295,7 @@ def shared_memory(
 def test_children_holding_shared_anonymous_memory_are_stopped_at_the_run_s_limit(
     shared_memory: dict[str, Any],
 ) -> None:
-    """Five children holding 1 GiB of MAP_SHARED|MAP_ANONYMOUS pages under --memory 512: is every run stopped for memory, graded no better than a crash?"""
+    """Five children holding 1 GiB of MAP_SHARED|MAP_ANONYMOUS pages under --memory 512: stopped for memory?"""
     graded = shared_memory["shared"]
     assert [run.stopped for run in graded["runs"]] == ["memory"] * len(graded["runs"]) != []
     assert graded["record"].status == grading.CRASHED and graded["record"].passed == 0
@@ -327,7 +327,7 @@ Counter.reset = _functools.partial(_time.sleep, 3600)  # type: ignore[method-ass
 def test_a_lab_that_hangs_costs_that_lab_and_the_others_are_graded(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Lab 1.2 hangs in every test: is Lab 1.1 still graded in full, and the run not stopped by its wall time?"""
+    """Lab 1.2 hangs in every test: is Lab 1.1 still graded in full, the run not stopped at its wall time?"""
     folder = make_learner(course, checkpoint, tmp_path / "hangs", labs_from_solution=True)
     tool = folder / TEACHING
     tool.write_text(tool.read_text(encoding="utf-8") + BLOCKING_RESET, encoding="utf-8")

@@ -68,7 +68,7 @@ def make_flaky(root: Path, marks: Path) -> None:
 def test_a_reference_that_keeps_failing_stops_the_batch_in_one_line_and_scores_nobody(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A solution that fails its own test: does grading stop before any learner, naming the test, writing nothing?"""
+    """A solution failing its own test: does grading stop before any learner, naming it, writing nothing?"""
     root = course_copy(tmp_path)
     break_reset(root)
     learner = make_learner(course, checkpoint, tmp_path / "complete", labs_from_solution=True)
@@ -110,7 +110,7 @@ def test_a_reference_that_keeps_failing_stops_the_batch_in_one_line_and_scores_n
 def test_a_reference_that_fails_once_is_retried_and_the_learner_is_graded_in_full(
     checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """The solution fails on its first reference run only: is it run again, and the complete learner scored 100?"""
+    """The solution fails its first reference run only: is it run again, the complete learner scored 100?"""
     root = course_copy(tmp_path)
     marks = tmp_path / "marks"
     make_flaky(root, marks)
