@@ -295,7 +295,7 @@ def shared_memory(
 def test_children_holding_shared_anonymous_memory_are_stopped_at_the_run_s_limit(
     shared_memory: dict[str, Any],
 ) -> None:
-    """Five children holding 1 GiB of MAP_SHARED|MAP_ANONYMOUS pages under --memory 512: stopped for memory?"""
+    """Five children holding 1 GiB of MAP_SHARED|MAP_ANONYMOUS pages under --memory 512: stopped?"""
     graded = shared_memory["shared"]
     assert [run.stopped for run in graded["runs"]] == ["memory"] * len(graded["runs"]) != []
     assert graded["record"].status == grading.CRASHED and graded["record"].passed == 0

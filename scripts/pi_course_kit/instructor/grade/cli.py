@@ -152,7 +152,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fresh-sandbox",
         action="store_true",
         help=_(
-            "a new sandbox for every learner instead of one fork server per job slot (slower, about 1.5 times the time)"
+            "a new sandbox for every learner instead of one fork server per job slot "
+            "(slower, about 1.5 times the time)"
         ),
     )
     add_manifest_option(parser)
