@@ -501,9 +501,19 @@ def copy_site(scratch: Path, requires: tuple[str, ...] = ()) -> None:
     target.mkdir(mode=0o755)
     for path in site_paths(requires):
         if path.is_dir():
-            shutil.copytree(path, target / path.name, symlinks=False)
+            shutil.copytree(path, target / path.name, symlinks=False, copy_function=_plain_copy)
         else:
-            shutil.copy2(path, target / path.name)
+            _plain_copy(str(path), str(target / path.name))
+
+
+def _plain_copy(source: str, target: str) -> str:
+    """Copy a file's bytes as a plain file, mode 0644: nothing under the scratch is executable.
+
+    Extension modules need no execute bit to load (the scratch is not mounted noexec).
+    """
+    shutil.copyfile(source, target)
+    os.chmod(target, 0o644)
+    return target
 
 
 def secure_tree(work: Path, uid: int | None) -> None:
