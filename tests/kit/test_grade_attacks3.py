@@ -80,7 +80,7 @@ import sys as _sys
 
 def _attack():  # type: ignore[no-untyped-def]
     """Every file it can list (below / but /proc, /sys, /dev, /usr) or name (each module's __file__,
-    each open descriptor), read for the held-out source's literal and for the public tests' text."""
+    each open descriptor of every process), read for the held-out literal and the public tests' text."""
     secret, public = ("held-" "secret-Zq7").encode(), ("From 41, " "does add return 42").encode()
     paths = set()
     for top, folders, files in _os.walk("/"):
@@ -92,8 +92,11 @@ def _attack():  # type: ignore[no-untyped-def]
         if isinstance(where, str):
             paths.add(where)
             paths.add(_os.path.join(_os.path.dirname(where), "__pycache__"))
-    for number in _os.listdir("/proc/self/fd"):
-        paths.add(f"/proc/self/fd/{number}")
+    for pid in [name for name in _os.listdir("/proc") if name.isdigit()] + ["self"]:
+        try:  # every descriptor of every process it may look at: bwrap's, the server's, its own
+            paths.update(f"/proc/{pid}/fd/{number}" for number in _os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            continue
     found = looked = False
     for path in sorted(paths):
         names = [path]
