@@ -54,6 +54,21 @@ def schema() -> xmlschema.XMLSchema:
     return xmlschema.XMLSchema(str(XSD))
 
 
+@pytest.fixture(scope="module")
+def strict_schema() -> xmlschema.XMLSchema:
+    """The kept XSD with <skipped> declared as the older Jenkins schema declares it: a plain string.
+
+    dtkit's junit-4.xsd (Jenkins' older schema, copied widely as "jenkins-junit.xsd") has
+    `<xs:element name="skipped" type="xs:string"/>`: no `message` or `type` attribute.
+    """
+    text = XSD.read_text(encoding="utf-8")
+    declared = re.search(r'<xs:element name="skipped">.*?</xs:element>', text, re.DOTALL)
+    assert declared is not None
+    return xmlschema.XMLSchema(
+        text.replace(declared.group(), '<xs:element name="skipped" type="xs:string"/>')
+    )
+
+
 def make_class(course: Course, checkpoint: Checkpoint, root: Path) -> None:
     """The class below `root` (one level down each, so ids are paths): see the module docstring."""
     package = course.package
@@ -123,6 +138,40 @@ def test_junit_of_the_class_validates_against_the_jenkins_schema(
     errors = list(schema.iter_errors(str(graded["out"] / "junit.xml")))
     assert errors == []
     assert set(suites(graded)) == set(graded["records"])
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_junit_of_the_class_with_a_skipped_test_validates_against_the_older_schema(
+    graded: dict[str, Any], strict_schema: xmlschema.XMLSchema
+) -> None:
+    """With a skipped optional test, does the file pass the schema whose <skipped> has no attribute?"""
+    root = ET.parse(graded["out"] / "junit.xml").getroot()
+    assert root.find("testsuite/testcase/skipped") is not None
+    assert list(strict_schema.iter_errors(str(graded["out"] / "junit.xml"))) == []
+
+
+def test_a_skipped_test_is_valid_in_both_jenkins_schemas(
+    fx: Course,
+    a1: Checkpoint,
+    tmp_path: Path,
+    schema: xmlschema.XMLSchema,
+    strict_schema: xmlschema.XMLSchema,
+) -> None:
+    """Are a skipped, a failed and a missing test valid in both schemas, the skip's reason its text?"""
+    record = LearnerRecord("me", "/me", "partial", a1.id, seconds=0.5)
+    record.labs = [LabScore(lab.id, lab.title, lab.optional, 0, 1, "failing") for lab in a1.labs]
+    outcomes = ["skipped", "failed", "missing"]
+    record.tests = [
+        TestVerdict(f"tests/test_x.py::test_{lab.marker}", lab.id, outcome)
+        for lab, outcome in zip(a1.labs, outcomes, strict=True)
+    ]
+    path = tmp_path / "junit.xml"
+    junit.write(path, fx, [record])
+    assert list(schema.iter_errors(str(path))) == []
+    assert list(strict_schema.iter_errors(str(path))) == []
+    (skipped,) = ET.parse(path).getroot().iter("skipped")
+    assert skipped.attrib == {} and skipped.text == junit.SKIPPED_MESSAGE
 
 
 @pytest.mark.slow
