@@ -107,6 +107,8 @@ class FailedTest:
     failed: int
     failed_started: int
     started: int
+    #: A held-out test: the class version names it only by its lab.
+    held_out: bool = False
 
 
 def most_failed(
@@ -118,9 +120,12 @@ def most_failed(
     could not run fails them all (without having started any lab).
     """
     labs_of: dict[str, str] = {}
+    held_out: set[str] = set()
     for record in records:
         for verdict in record.tests:
             labs_of.setdefault(verdict.nodeid, verdict.lab)
+            if verdict.held_out:
+                held_out.add(verdict.nodeid)
     nodes = [node for node, lab in labs_of.items() if labs is None or lab in labs]
     order = {node: index for index, node in enumerate(nodes)}
     failed: Counter[str] = Counter()
@@ -140,7 +145,7 @@ def most_failed(
         key=lambda node: (-failed_started[node], -failed[node], order[node]),
     )
     return [
-        FailedTest(node, labs_of[node], failed[node], failed_started[node], started[node])
+        FailedTest(node, labs_of[node], failed[node], failed_started[node], started[node], node in held_out)
         for node in ranked[:top]
     ]
 
@@ -319,10 +324,13 @@ def _failed(
     linked: list[str] = []
     rows: list[list[Child]] = []
     for rank, test in enumerate(failing, 1):
-        asked = question(course, checkpoint, test.nodeid) if checkpoint else ""
+        # The class version is learner-visible: a held-out test is named by its lab alone (no name, no
+        # question, no mistake that would say what it checks).
+        hidden = test.held_out and version != INSTRUCTOR
+        asked = question(course, checkpoint, test.nodeid) if checkpoint and not hidden else ""
         names = [
             name
-            for name in mutations.get(test.nodeid, [])[:2]
+            for name in ([] if hidden else mutations.get(test.nodeid, [])[:2])
             if checkpoint and _description(checkpoint, name)
         ]
         linked += [name for name in names if name not in linked]
@@ -337,7 +345,9 @@ def _failed(
         rows.append(
             [
                 rank,
-                fragment(el("code", test.nodeid), el("br") if asked else None, asked),
+                texts.held_out_test(test.lab)
+                if hidden
+                else fragment(el("code", test.nodeid), el("br") if asked else None, asked),
                 f"Lab {test.lab}",
                 f"{test.failed} / {len(records)}",
                 f"{test.failed_started} / {test.started}",
