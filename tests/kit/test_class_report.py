@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -240,3 +241,13 @@ def test_grade_writes_both_versions_where_asked(
     )
     shared = (tmp_path / "class.html").read_text(encoding="utf-8")
     assert texts._(class_report.WORDS["class_banner"]) in shared and SECRET_LEARNER not in shared
+
+
+@pytest.mark.parametrize("version", class_report.VERSIONS)
+def test_the_page_is_titled_with_the_whole_courses_title(real_course: Course, version: str) -> None:
+    """Do the <title> and <h1> carry course.toml's [course] title, and no checkpoint's title?"""
+    title = tomllib.loads((real_course.root / "course.toml").read_text(encoding="utf-8"))["course"]["title"]
+    checkpoint = real_course.checkpoints[-1]
+    root = parsed(render(real_course, checkpoint, version))
+    for heading in (text_of(one(root, ".//h:title")), text_of(one(root, ".//h:h1"))):
+        assert title in heading and checkpoint.title not in heading

@@ -163,6 +163,8 @@ h1 { font-size: 1.6rem; line-height: 1.3; } h2 { margin-top: 2.2rem; border-bott
 table { border-collapse: collapse; width: 100%; font-size: .92rem; }
 th, td { border-bottom: 1px solid #d0d7de; padding: .35rem .5rem; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; } td.n { text-align: right; white-space: nowrap; } td.k { white-space: nowrap; }
+/* A header wraps between words, never inside one ("Wort h"); long ids still wrap anywhere. */
+th { overflow-wrap: normal; word-break: normal; hyphens: manual; }
 code { font-size: .85rem; word-break: break-all; }
 pre { background: #f6f8fa; padding: .6rem; white-space: pre-wrap; overflow-wrap: anywhere; font-size: .85rem; }
 .cards { display: flex; gap: 1rem; flex-wrap: wrap; }
@@ -405,6 +407,7 @@ def render(
     stats = statistics(course, records)
     instructor = version == INSTRUCTOR
     mark = _("instructor_mark") if instructor else _("class_mark")
+    # The whole course's title (course.toml's [course] title), never one checkpoint's.
     heading = f"{_('title')} · {course.title}"
     statuses = texts.list_separator().join(
         f"{texts.record_status(k)} {v}" for k, v in sorted(stats.statuses.items())
