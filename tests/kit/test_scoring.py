@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -216,3 +216,13 @@ def test_many_red_parent_labs_are_named_briefly(child: Checkpoint, monkeypatch: 
     monkeypatch.setattr(scoring, "NAMED_PARENT_LABS", 1)
     record = record_for(child, {"1.1": "failed", "1.2": "failed"})
     assert "parent labs not green: 1.1 and 1 more" in record.flags
+
+
+def test_held_out_tests_are_told_apart_by_their_module(checkpoint: Checkpoint) -> None:
+    """Are the tests of a tests/held_out/ module the held-out ones, and all tests when none can be told apart?"""
+    graded = replace(checkpoint, tree_tests=(*checkpoint.tree_tests, "tests/held_out/test_a1_held_out.py"))
+    nodes = {"tests/test_a1_counter.py::test_a": "1.1", "tests/test_a1_held_out.py::test_b": "1.1"}
+    assert scoring.held_out_nodes(graded, nodes) == {"tests/test_a1_held_out.py::test_b"}
+    assert scoring.held_out_nodes(checkpoint, nodes) == frozenset()
+    renamed = {"tests/test_a1_counter.py::test_a": "1.1", "tests/test_q8x.py::test_b": "1.1"}
+    assert scoring.held_out_nodes(graded, renamed) == set(renamed)
