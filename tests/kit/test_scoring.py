@@ -200,6 +200,12 @@ def test_a_crash_is_the_first_cause_not_the_parent_labs_it_never_reached(child: 
     record = record_for(child, {"1.1": "missing"}, run=Ended(returncode=3), finished=False)
     assert record.status == gradebook.CRASHED and "exit code 3" in record.message
     assert not [flag for flag in record.flags if "parent labs" in flag]
+    nothing = dict.fromkeys([lab.id for lab in child.tree_labs], "missing")
+    record = record_for(child, nothing, run=Ended(returncode=3), finished=False)
+    assert record.message.endswith(
+        "(exit code 3): no test ran, so something ended it while importing the package (os._exit?)"
+    )
+    assert not [flag for flag in record.flags if "parent labs" in flag]
 
 
 def test_a_module_that_does_not_import_beside_others_that_ran_is_named(child: Checkpoint) -> None:

@@ -179,6 +179,8 @@ def score(
     elif not found.finished:
         record.status = CRASHED
         record.message = f"the test run ended without its report (exit code {run.returncode})"
+        if not by_node:  # nothing ran: the process ended while the package was being imported
+            record.message += ": no test ran, so something ended it while importing the package (os._exit?)"
     elif record.total and record.passed == record.total:
         record.status = COMPLETE
     else:
