@@ -261,7 +261,8 @@ def grade(root: Path, course: Course, checkpoint_id: str, limits: Limits) -> tup
             grader.close()
     record.learner = "submission"
     if record.status in (SKIPPED, SANDBOX_ERROR):
-        return not_graded(texts.labelled(texts.record_status(record.status), record.message)), False
+        shown = feedback.learner_view(course, record).message  # students see it: nothing a held-out run said
+        return not_graded(texts.labelled(texts.record_status(record.status), shown)), False
     return results_for(course, record), True
 
 
