@@ -580,3 +580,63 @@ def test_class_report_reads_on_desktop_and_phone(
     assert "width=device-width" in viewport
     assert wide == []
     assert low == []
+
+
+#: Header cells whose text breaks inside a word: two letters or digits of one word on two lines.
+MID_WORD_PROBE = """
+() => {
+  const broken = [];
+  for (const th of document.querySelectorAll("th")) {
+    const walker = document.createTreeWalker(th, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const text = node.textContent;
+      let top = null;
+      for (let i = 0; i < text.length; i++) {
+        const range = document.createRange();
+        range.setStart(node, i);
+        range.setEnd(node, i + 1);
+        const rect = range.getClientRects()[0];
+        if (!rect || !text[i].trim()) continue;
+        const word = /[A-Za-z0-9]/;
+        if (top !== null && rect.top > top + 1 && word.test(text[i]) && word.test(text[i - 1] || "")) {
+          broken.push(th.innerText);
+        }
+        top = rect.top;
+      }
+    }
+  }
+  return broken;
+}
+"""
+
+
+async def _header_breaks(session: Session, path: Path) -> tuple[Visit, list[str], str]:
+    """Open a report at 1280 px; (visit, header texts broken inside a word, the page's h1)."""
+    context, page, visit = await _open(session, path.as_uri(), 1280, 900, device_scale_factor=1)
+    try:
+        await page.goto(path.as_uri())
+        await _idle(page)
+        broken: list[str] = await page.evaluate(MID_WORD_PROBE)
+        heading: str = await page.evaluate("document.querySelector('h1').innerText")
+        return visit, broken, heading
+    finally:
+        await context.close()
+
+
+@pytest.mark.parametrize("version", class_report.VERSIONS)
+def test_class_report_headers_wrap_between_words_under_the_course_title(
+    session: Session, real_course: Course, version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 1280 px in English, does no lab-table header of any checkpoint break inside a word ("Wort h"),
+    and is the page titled with the whole course's title?"""
+    monkeypatch.setenv(i18n.LANG_ENV, "en")
+    for checkpoint in real_course.checkpoints:
+        if not checkpoint.labs:
+            continue
+        records, mutations = sample_class(real_course, checkpoint)
+        path = tmp_path / f"report-{checkpoint.id}-{version}.html"
+        class_report.write(path, real_course, records, mutations, version=version)
+        visit, broken, heading = session.run(_header_breaks(session, path))
+        assert visit.errors == [] and visit.refused == []
+        assert broken == [], checkpoint.id
+        assert heading.endswith(real_course.title) and checkpoint.title not in heading

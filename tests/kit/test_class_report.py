@@ -4,15 +4,19 @@ charts with a title and a text table, the course language, and two versions (one
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import io
+import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import html5lib
 import pytest
+from pi_course_kit.cli import main
 from pi_course_kit.core import i18n
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.instructor.grade import class_report, cli, gradebook, texts
+from pi_course_kit.instructor.grade import class_report, cli, gradebook, mutation_map, texts
 from pi_course_kit.instructor.grade.statistics import statistics
 from sample_class import SECRET_LEARNER, sample_class
 
@@ -240,3 +244,80 @@ def test_grade_writes_both_versions_where_asked(
     )
     shared = (tmp_path / "class.html").read_text(encoding="utf-8")
     assert texts._(class_report.WORDS["class_banner"]) in shared and SECRET_LEARNER not in shared
+
+
+@pytest.mark.parametrize("version", class_report.VERSIONS)
+def test_the_page_is_titled_with_the_whole_courses_title(real_course: Course, version: str) -> None:
+    """Do the <title> and <h1> carry course.toml's [course] title, and no checkpoint's title?"""
+    title = tomllib.loads((real_course.root / "course.toml").read_text(encoding="utf-8"))["course"]["title"]
+    checkpoint = real_course.checkpoints[-1]
+    root = parsed(render(real_course, checkpoint, version))
+    for heading in (text_of(one(root, ".//h:title")), text_of(one(root, ".//h:h1"))):
+        assert title in heading and checkpoint.title not in heading
+
+
+def outputs_args(tmp_path: Path, **options: object) -> argparse.Namespace:
+    """What `grade --report FILE` passes to write_outputs, with `options` on top."""
+    args = argparse.Namespace(
+        json=None,
+        csv=None,
+        junit=None,
+        feedback=None,
+        classroom=None,
+        checkpoint=None,
+        report=tmp_path / "instructor.html",
+        class_report=None,
+        mutations=False,
+        no_mutations=False,
+        mutation_cache=tmp_path / "cache",
+    )
+    vars(args).update(options)
+    return args
+
+
+def test_the_mutation_step_runs_only_when_asked(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Does `--report` alone write the page without running a single mutation (no links), and --help say what
+    --mutations costs?"""
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("a mutation ran without --mutations")
+
+    monkeypatch.setattr(mutation_map, "compute", refuse)
+    records, _ = sample_class(course, checkpoint)
+    cli.write_outputs(outputs_args(tmp_path), course, records)
+    page = (tmp_path / "instructor.html").read_text(encoding="utf-8")
+    assert 'href="#mutation-' not in page and not (tmp_path / "cache").exists()
+    monkeypatch.setenv(i18n.LANG_ENV, "en")
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown), pytest.raises(SystemExit):
+        main(["grade", "--help"])
+    helped = " ".join(shown.getvalue().split())
+    assert "--mutations" in helped and "once per mutation" in helped and "progress bar" in helped
+
+
+def test_the_mutation_step_says_what_it_costs_and_shows_its_progress(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --mutations and no cached map, is the step announced with its count and an estimate, does a
+    progress bar reach every mutation, and is a second report silent (cached)?"""
+    monkeypatch.setenv(i18n.LANG_ENV, "en")
+    records, _ = sample_class(course, checkpoint)
+    for record in records:
+        record.seconds = 1.5
+    shown = io.StringIO()
+    cli.write_outputs(outputs_args(tmp_path, mutations=True), course, records)  # stderr: not captured here
+    assert 'href="#mutation-' in (tmp_path / "instructor.html").read_text(encoding="utf-8")
+    for cached in (tmp_path / "cache").iterdir():
+        cached.unlink()
+    found = class_report.mutations_for(course, records, tmp_path / "cache", shown)
+    count = len(checkpoint.mutations)
+    announced = shown.getvalue()
+    assert f"running the {count} named mutations of checkpoint {checkpoint.id}" in announced
+    assert f"about {count * 1.5 / 60:.1f} min ({count} x 1.5s" in announced
+    assert f"{count}/{count}" in announced  # the progress bar, finished
+    assert found and all(names for names in found.values())
+    again = io.StringIO()
+    assert class_report.mutations_for(course, records, tmp_path / "cache", again) == found
+    assert again.getvalue() == ""

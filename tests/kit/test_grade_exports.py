@@ -54,6 +54,21 @@ def schema() -> xmlschema.XMLSchema:
     return xmlschema.XMLSchema(str(XSD))
 
 
+@pytest.fixture(scope="module")
+def strict_schema() -> xmlschema.XMLSchema:
+    """The kept XSD with <skipped> declared as the older Jenkins schema declares it: a plain string.
+
+    dtkit's junit-4.xsd (Jenkins' older schema, copied widely as "jenkins-junit.xsd") has
+    `<xs:element name="skipped" type="xs:string"/>`: no `message` or `type` attribute.
+    """
+    text = XSD.read_text(encoding="utf-8")
+    declared = re.search(r'<xs:element name="skipped">.*?</xs:element>', text, re.DOTALL)
+    assert declared is not None
+    return xmlschema.XMLSchema(
+        text.replace(declared.group(), '<xs:element name="skipped" type="xs:string"/>')
+    )
+
+
 def make_class(course: Course, checkpoint: Checkpoint, root: Path) -> None:
     """The class below `root` (one level down each, so ids are paths): see the module docstring."""
     package = course.package
@@ -123,6 +138,40 @@ def test_junit_of_the_class_validates_against_the_jenkins_schema(
     errors = list(schema.iter_errors(str(graded["out"] / "junit.xml")))
     assert errors == []
     assert set(suites(graded)) == set(graded["records"])
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_junit_of_the_class_with_a_skipped_test_validates_against_the_older_schema(
+    graded: dict[str, Any], strict_schema: xmlschema.XMLSchema
+) -> None:
+    """With a skipped optional test, does the file pass the schema whose <skipped> has no attribute?"""
+    root = ET.parse(graded["out"] / "junit.xml").getroot()
+    assert root.find("testsuite/testcase/skipped") is not None
+    assert list(strict_schema.iter_errors(str(graded["out"] / "junit.xml"))) == []
+
+
+def test_a_skipped_test_is_valid_in_both_jenkins_schemas(
+    fx: Course,
+    a1: Checkpoint,
+    tmp_path: Path,
+    schema: xmlschema.XMLSchema,
+    strict_schema: xmlschema.XMLSchema,
+) -> None:
+    """Are a skipped, a failed and a missing test valid in both schemas, the skip's reason its text?"""
+    record = LearnerRecord("me", "/me", "partial", a1.id, seconds=0.5)
+    record.labs = [LabScore(lab.id, lab.title, lab.optional, 0, 1, "failing") for lab in a1.labs]
+    outcomes = ["skipped", "failed", "missing"]
+    record.tests = [
+        TestVerdict(f"tests/test_x.py::test_{lab.marker}", lab.id, outcome)
+        for lab, outcome in zip(a1.labs, outcomes, strict=True)
+    ]
+    path = tmp_path / "junit.xml"
+    junit.write(path, fx, [record])
+    assert list(schema.iter_errors(str(path))) == []
+    assert list(strict_schema.iter_errors(str(path))) == []
+    (skipped,) = ET.parse(path).getroot().iter("skipped")
+    assert skipped.attrib == {} and skipped.text == junit.SKIPPED_MESSAGE
 
 
 @pytest.mark.slow
@@ -277,11 +326,40 @@ def test_merge_accepts_a_line_separator_in_a_name_escaped_or_raw(
 @pytest.mark.sandbox
 def test_feedback_file_names_stay_within_200_bytes_and_apart(graded: dict[str, Any]) -> None:
     """Does every learner get a feedback file, the 31-character Chinese id too, each name <= 200 bytes?"""
-    names = sorted(path.name for path in (graded["out"] / "feedback").iterdir())
-    assert names == sorted(feedback.file_name(learner) for learner in graded["records"])
+    names = sorted(
+        path.name for path in (graded["out"] / "feedback").iterdir() if path.name != feedback.INDEX
+    )
+    assert names == sorted(feedback.file_names(list(graded["records"])).values())
     assert all(len(name.encode("utf-8")) <= feedback.MAX_NAME_BYTES for name in names)
     first, second = feedback.file_name(LONG_CHINESE * 2 + "a"), feedback.file_name(LONG_CHINESE * 2 + "b")
     assert first != second and len(first) <= feedback.MAX_NAME_BYTES
+
+
+def test_feedback_files_are_named_readably_and_listed_in_an_index(
+    fx: Course, a1: Checkpoint, tmp_path: Path
+) -> None:
+    """Do a formula id, a Chinese id, `../../etc` and ids that collide get readable, distinct files inside the
+    folder, each listed in index.csv?"""
+    ids = [FORMULA, "张三/pi-practice", "../../etc", "a b", "a_b", "A_B", "=a b"]
+    records = [LearnerRecord(learner, "/x", "not-started", a1.id) for learner in ids]
+    folder = tmp_path / "feedback"
+    written = feedback.write_all(fx, records, folder)
+    names = [path.name for path in written]
+    assert names[:4] == ["HYPERLINK(_evil.example_open_me_).md", "张三_pi-practice.md", "etc.md", "a_b.md"]
+    assert [name.split("~")[0] for name in names[4:]] == ["a_b", "A_B", "a_b"]
+    assert all(re.fullmatch(r"[^~]+~[0-9a-f]{8}\.md", name) for name in names[4:])
+    assert len({name.casefold() for name in names}) == len(ids)
+    assert all(path.parent == folder and path.is_file() for path in written)
+    assert not any(name.startswith(("=", "+", "-", "@", ".")) for name in names)
+    data = (folder / feedback.INDEX).read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf")
+    rows = list(csv.DictReader(io.StringIO(data.decode("utf-8-sig"), newline="")))
+    index = {
+        row["learner"].removeprefix("'") if row["learner"].startswith("'=") else row["learner"]: row["file"]
+        for row in rows
+    }
+    assert index == dict(zip(ids, names, strict=True))
+    assert rows[0]["learner"] == "'" + FORMULA  # a spreadsheet shows the formula as text
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -183,3 +183,52 @@ def test_an_export_imports_neither_the_grader_nor_its_sandbox(module: str) -> No
     )
     found = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "[]", found.stdout
+
+
+def test_a_package_that_does_not_import_is_said_once_and_first(child: Checkpoint) -> None:
+    """With a SyntaxError (nothing ran), is the note the import failure alone, no red parent labs?"""
+    outcomes = dict.fromkeys([lab.id for lab in child.tree_labs], "missing")
+    error = CollectError("tests/test_x.py", "SyntaxError: invalid syntax", "fx_course/pair.py:3", "2.1")
+    record = record_for(child, outcomes, errors=(error,))
+    assert record.status == gradebook.ERROR
+    assert record.message.startswith("the package does not import at fx_course/pair.py:3")
+    assert not [flag for flag in record.flags if "parent labs" in flag]
+
+
+def test_a_crash_is_the_first_cause_not_the_parent_labs_it_never_reached(child: Checkpoint) -> None:
+    """A run ended by os._exit after some tests: is the crash the note, with no "parent labs not green"?"""
+    record = record_for(child, {"1.1": "missing"}, run=Ended(returncode=3), finished=False)
+    assert record.status == gradebook.CRASHED and "exit code 3" in record.message
+    assert not [flag for flag in record.flags if "parent labs" in flag]
+    nothing = dict.fromkeys([lab.id for lab in child.tree_labs], "missing")
+    record = record_for(child, nothing, run=Ended(returncode=3), finished=False)
+    assert record.message.endswith(
+        "(exit code 3): no test ran, so something ended it while importing the package (os._exit?)"
+    )
+    assert not [flag for flag in record.flags if "parent labs" in flag]
+
+
+def test_a_module_that_does_not_import_beside_others_that_ran_is_named(child: Checkpoint) -> None:
+    """When one test module's import fails but others ran, does the note still say what did not import?"""
+    error = CollectError("tests/test_y.py", "ImportError: no pair", "fx_course/pair.py:1", "2.1")
+    record = record_for(child, {"2.1": "missing", "1.1": "missing"}, errors=(error,))
+    assert record.status != gradebook.ERROR
+    assert record.message.startswith("the package does not import at fx_course/pair.py:1")
+    assert not [flag for flag in record.flags if "parent labs" in flag]
+
+
+def test_many_red_parent_labs_are_named_briefly(child: Checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With more red parent labs than the flag names, does it name the first and count the rest?"""
+    monkeypatch.setattr(scoring, "NAMED_PARENT_LABS", 1)
+    record = record_for(child, {"1.1": "failed", "1.2": "failed"})
+    assert "parent labs not green: 1.1 and 1 more" in record.flags
+
+
+def test_held_out_tests_are_told_apart_by_their_module(checkpoint: Checkpoint) -> None:
+    """Are the tests of a tests/held_out/ module the held-out ones, and all tests when none can be told apart?"""
+    graded = replace(checkpoint, tree_tests=(*checkpoint.tree_tests, "tests/held_out/test_a1_held_out.py"))
+    nodes = {"tests/test_a1_counter.py::test_a": "1.1", "tests/test_a1_held_out.py::test_b": "1.1"}
+    assert scoring.held_out_nodes(graded, nodes) == {"tests/test_a1_held_out.py::test_b"}
+    assert scoring.held_out_nodes(checkpoint, nodes) == frozenset()
+    renamed = {"tests/test_a1_counter.py::test_a": "1.1", "tests/test_q8x.py::test_b": "1.1"}
+    assert scoring.held_out_nodes(graded, renamed) == set(renamed)

@@ -12,17 +12,22 @@ grading catalog, so the page speaks the course's language.
 from __future__ import annotations
 
 import json
+import statistics as stats_module
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from markupsafe import Markup
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.markup import Child, el, fragment, trusted
-from pi_course_kit.instructor.grade import charts, texts
-from pi_course_kit.instructor.grade.gradebook import LearnerRecord, points_of
+from pi_course_kit.instructor.grade import charts, mutation_map, texts
+from pi_course_kit.instructor.grade.gradebook import SCORED, LearnerRecord, points_of
 from pi_course_kit.instructor.grade.mutation_map import MutationMap
 from pi_course_kit.instructor.grade.questions import question
 from pi_course_kit.instructor.grade.statistics import ClassStatistics, main_checkpoint, statistics
@@ -94,8 +99,8 @@ def _(key: str, **values: object) -> str:
 
 
 def msgids() -> list[str]:
-    """Every msgid the page looks up (the catalog must translate each)."""
-    return list(WORDS.values())
+    """Every msgid the page and its mutation step look up (the catalog must translate each)."""
+    return [*WORDS.values(), *mutation_msgids()]
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,8 @@ class FailedTest:
     failed: int
     failed_started: int
     started: int
+    #: A held-out test: the class version names it only by its lab.
+    held_out: bool = False
 
 
 def most_failed(
@@ -118,9 +125,12 @@ def most_failed(
     could not run fails them all (without having started any lab).
     """
     labs_of: dict[str, str] = {}
+    held_out: set[str] = set()
     for record in records:
         for verdict in record.tests:
             labs_of.setdefault(verdict.nodeid, verdict.lab)
+            if verdict.held_out:
+                held_out.add(verdict.nodeid)
     nodes = [node for node, lab in labs_of.items() if labs is None or lab in labs]
     order = {node: index for index, node in enumerate(nodes)}
     failed: Counter[str] = Counter()
@@ -140,7 +150,7 @@ def most_failed(
         key=lambda node: (-failed_started[node], -failed[node], order[node]),
     )
     return [
-        FailedTest(node, labs_of[node], failed[node], failed_started[node], started[node])
+        FailedTest(node, labs_of[node], failed[node], failed_started[node], started[node], node in held_out)
         for node in ranked[:top]
     ]
 
@@ -158,6 +168,8 @@ h1 { font-size: 1.6rem; line-height: 1.3; } h2 { margin-top: 2.2rem; border-bott
 table { border-collapse: collapse; width: 100%; font-size: .92rem; }
 th, td { border-bottom: 1px solid #d0d7de; padding: .35rem .5rem; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; } td.n { text-align: right; white-space: nowrap; } td.k { white-space: nowrap; }
+/* A header wraps between words, never inside one ("Wort h"); long ids still wrap anywhere. */
+th { overflow-wrap: normal; word-break: normal; hyphens: manual; }
 code { font-size: .85rem; word-break: break-all; }
 pre { background: #f6f8fa; padding: .6rem; white-space: pre-wrap; overflow-wrap: anywhere; font-size: .85rem; }
 .cards { display: flex; gap: 1rem; flex-wrap: wrap; }
@@ -319,10 +331,13 @@ def _failed(
     linked: list[str] = []
     rows: list[list[Child]] = []
     for rank, test in enumerate(failing, 1):
-        asked = question(course, checkpoint, test.nodeid) if checkpoint else ""
+        # The class version is learner-visible: a held-out test is named by its lab alone (no name, no
+        # question, no mistake that would say what it checks).
+        hidden = test.held_out and version != INSTRUCTOR
+        asked = question(course, checkpoint, test.nodeid) if checkpoint and not hidden else ""
         names = [
             name
-            for name in mutations.get(test.nodeid, [])[:2]
+            for name in ([] if hidden else mutations.get(test.nodeid, [])[:2])
             if checkpoint and _description(checkpoint, name)
         ]
         linked += [name for name in names if name not in linked]
@@ -337,7 +352,9 @@ def _failed(
         rows.append(
             [
                 rank,
-                fragment(el("code", test.nodeid), el("br") if asked else None, asked),
+                texts.held_out_test(test.lab)
+                if hidden
+                else fragment(el("code", test.nodeid), el("br") if asked else None, asked),
                 f"Lab {test.lab}",
                 f"{test.failed} / {len(records)}",
                 f"{test.failed_started} / {test.started}",
@@ -395,6 +412,7 @@ def render(
     stats = statistics(course, records)
     instructor = version == INSTRUCTOR
     mark = _("instructor_mark") if instructor else _("class_mark")
+    # The whole course's title (course.toml's [course] title), never one checkpoint's.
     heading = f"{_('title')} · {course.title}"
     statuses = texts.list_separator().join(
         f"{texts.record_status(k)} {v}" for k, v in sorted(stats.statuses.items())
@@ -446,3 +464,71 @@ def write(
 ) -> None:
     """Write one version of the class report to `path`."""
     path.write_text(render(course, records, dict(mutations or {}), version=version), encoding="utf-8")
+
+
+# -- the mutation map, computed where it is asked for -----------------------------------------------------
+
+
+def run_estimate(records: Sequence[LearnerRecord], checkpoint_id: str) -> float | None:
+    """Seconds one run of a checkpoint's tests took in this batch: the median of its graded learners' runs."""
+    seconds = [
+        r.seconds for r in records if r.checkpoint == checkpoint_id and r.status in SCORED and r.seconds > 0
+    ]
+    return stats_module.median(seconds) if seconds else None
+
+
+def mutations_for(
+    course: Course, records: Sequence[LearnerRecord], cache: Path | None = None, out: TextIO | None = None
+) -> MutationMap:
+    """The mutation map of every checkpoint graded in `records` (`grade --mutations`).
+
+    A map already cached for the course's state is read at once. A missing one costs one run of the
+    checkpoint's tests per named mutation: a line on `out` (stderr) says so first, with an estimate (the
+    mutations times a learner's run in this batch), and a progress bar follows the runs.
+    """
+    stream = out if out is not None else sys.stderr
+    found: MutationMap = {}
+    for checkpoint_id in dict.fromkeys(r.checkpoint for r in records if r.checkpoint):
+        checkpoint = course.checkpoint(checkpoint_id)
+        hit = mutation_map.cached(course, checkpoint, cache)
+        found.update(hit if hit is not None else _computed(course, checkpoint, records, cache, stream))
+    return found
+
+
+def _computed(
+    course: Course, checkpoint: Checkpoint, records: Sequence[LearnerRecord], cache: Path | None, out: TextIO
+) -> MutationMap:
+    """Compute (and cache) one checkpoint's map, announced with its cost, under a progress bar."""
+    count = len(checkpoint.mutations)
+    folder = mutation_map.cache_path(course, checkpoint, cache).parent
+    each = run_estimate(records, checkpoint.id)
+    msgids = mutation_msgids()
+    line = texts._(msgids[0] if each is None else msgids[1]).format(
+        count=count,
+        checkpoint=checkpoint.id,
+        folder=folder,
+        minutes=f"{count * each / 60:.1f}" if each is not None else "",
+        seconds=f"{each:.1f}" if each is not None else "",
+    )
+    print(line, file=out, flush=True)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(file=out)) as progress:
+        task = progress.add_task(checkpoint.id, total=count)
+
+        def advance(done: int, total: int, name: str) -> None:
+            progress.update(task, completed=done, total=total, description=f"{checkpoint.id} {name}")
+
+        found = mutation_map.load_or_compute(course, checkpoint, cache, progress=advance)
+        progress.update(task, completed=count, description=checkpoint.id)
+    return found
+
+
+def mutation_msgids() -> list[str]:
+    """The msgids of the mutation step's announcement (the catalog must translate each)."""
+    return [
+        "class report: running the {count} named mutations of checkpoint {checkpoint} once, "
+        "one test run each, to link failed tests to common mistakes (cached in {folder})",
+        "class report: running the {count} named mutations of checkpoint {checkpoint} once, "
+        "about {minutes} min ({count} x {seconds}s, a learner's run each), to link failed tests "
+        "to common mistakes (cached in {folder})",
+    ]

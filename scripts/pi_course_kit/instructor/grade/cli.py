@@ -120,7 +120,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help=_("where the test -> mutation map is cached (default: ~/.cache/pi-course)"),
     )
-    out.add_argument("--no-mutations", action="store_true", help=_("class report without the mutation links"))
+    out.add_argument(
+        "--mutations",
+        action="store_true",
+        help=_(
+            "link the report's most failed tests to the named mutations that explain them: runs the tests "
+            "once per mutation of the checkpoint (minutes at a late checkpoint, with a progress bar), "
+            "cached for later reports"
+        ),
+    )
+    out.add_argument("--no-mutations", action="store_true", help=_("no mutation links (the default)"))
     parser.add_argument(
         "--shard", metavar="K/N", help=_("grade only the K-th of N slices (sorted by learner id)")
     )
@@ -217,10 +226,8 @@ def write_outputs(args: argparse.Namespace, course: Course, records: Sequence[Le
     ]
     if reports:
         mutations: mutation_map.MutationMap = {}
-        if not args.no_mutations:
-            for checkpoint_id in dict.fromkeys(r.checkpoint for r in records if r.checkpoint):
-                checkpoint = course.checkpoint(checkpoint_id)
-                mutations.update(mutation_map.load_or_compute(course, checkpoint, args.mutation_cache))
+        if getattr(args, "mutations", False) and not args.no_mutations:
+            mutations = class_report.mutations_for(course, records, args.mutation_cache)
         for path, version in reports:
             class_report.write(path, course, records, mutations, version=version)
 

@@ -122,6 +122,8 @@ class TestVerdict:
     nodeid: str
     lab: str
     outcome: str
+    #: A held-out test (course.toml `held_out`): a learner-visible output never names it.
+    held_out: bool = False
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TestVerdict:
@@ -129,7 +131,10 @@ class TestVerdict:
         outcome = _text(data, "outcome", limit=20)
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}")
-        return cls(_text(data, "nodeid"), _text(data, "lab", limit=40), outcome)
+        held_out = data.get("held_out", False)
+        if not isinstance(held_out, bool):
+            raise TypeError("held_out is not true or false")
+        return cls(_text(data, "nodeid"), _text(data, "lab", limit=40), outcome, held_out)
 
 
 @dataclass
@@ -158,6 +163,16 @@ class LearnerRecord:
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON data."""
         return asdict(self)
+
+    @property
+    def held_out_run(self) -> bool:
+        """Whether the run graded held-out tests: then all of its text is learner-controlled and secret.
+
+        Learner code ran in the same process as the held-out tests and can read them, so any text the run
+        reported (failure and import messages, locations) may carry a held-out line. Outputs a learner
+        sees show none of it (see `feedback.learner_view`); the instructor's keep it.
+        """
+        return any(test.held_out for test in self.tests)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LearnerRecord:

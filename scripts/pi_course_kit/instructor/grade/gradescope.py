@@ -195,7 +195,11 @@ def prepare(upload: Path, course: Course, checkpoint: Checkpoint, work: Path) ->
 
 
 def results_for(course: Course, record: LearnerRecord) -> dict[str, Any]:
-    """results.json for one graded record: one Gradescope test per lab, scored in points."""
+    """results.json for one graded record: one Gradescope test per lab, scored in points.
+
+    Students see it: everything in it is learner-visible (feedback's module docstring says what that
+    withholds in a run with held-out tests).
+    """
     points = points_of(course, record)
     tests = []
     for number, row in enumerate(points.labs, 1):
@@ -223,7 +227,12 @@ def results_for(course: Course, record: LearnerRecord) -> dict[str, Any]:
         "output_format": "md",
         "visibility": "visible",
         "stdout_visibility": "hidden",
-        "extra_data": {"status": record.status, "flags": record.flags, "checkpoint": record.checkpoint},
+        # Learner-visible: the flags as feedback.learner_view shows them (no byte a held-out run chose).
+        "extra_data": {
+            "status": record.status,
+            "flags": feedback.learner_view(course, record).flags,
+            "checkpoint": record.checkpoint,
+        },
         "tests": tests,
     }
 
@@ -252,7 +261,8 @@ def grade(root: Path, course: Course, checkpoint_id: str, limits: Limits) -> tup
             grader.close()
     record.learner = "submission"
     if record.status in (SKIPPED, SANDBOX_ERROR):
-        return not_graded(texts.labelled(texts.record_status(record.status), record.message)), False
+        shown = feedback.learner_view(course, record).message  # students see it: nothing a held-out run said
+        return not_graded(texts.labelled(texts.record_status(record.status), shown)), False
     return results_for(course, record), True
 
 

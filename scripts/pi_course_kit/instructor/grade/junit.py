@@ -3,7 +3,9 @@
 Not pytest's own file: that one is written by the process that runs the learner's code, so the learner
 could rewrite it. The trusted per-test verdicts carry the same facts. The file is written with
 `junitparser` to the Jenkins JUnit schema (xunit-plugin's junit-10.xsd, kept in tests/kit/data), which
-GitLab and CodeGrade also read: no `file` on a testcase, no `skipped` on <testsuites>.
+GitLab and CodeGrade also read: no `file` on a testcase, no `skipped` on <testsuites>. It also holds to
+the older Jenkins schema (dtkit's junit-4.xsd, the widely copied "jenkins-junit.xsd"), whose <skipped>
+is a plain string: a skipped test's reason is its text, with no attribute.
 """
 
 from __future__ import annotations
@@ -53,10 +55,17 @@ def _case(learner: str, nodeid: str, seconds: float) -> TestCase:
     return case
 
 
-def _result(kind: type[Failure | Error | Skipped], message: str, type_: str) -> Failure | Error | Skipped:
-    """A failure/error/skipped element whose message is also its text (the part most viewers show)."""
+def _result(kind: type[Failure | Error], message: str, type_: str) -> Failure | Error:
+    """A failure/error element whose message is also its text (the part most viewers show)."""
     result = kind(xml_text(message), xml_text(type_))
     result.text = xml_text(message)
+    return result
+
+
+def _skipped(reason: str) -> Skipped:
+    """A skipped element: its reason as text only (junit-4.xsd allows no `message` or `type` on it)."""
+    result = Skipped()
+    result.text = xml_text(reason)
     return result
 
 
@@ -80,7 +89,7 @@ def _suite(course: Course, record: LearnerRecord, host: str) -> TestSuite:
         case = _case(record.learner, verdict.nodeid, _seconds(record, verdict.nodeid))
         outcome = verdict.outcome
         if outcome == "skipped":
-            case.result = [_result(Skipped, SKIPPED_MESSAGE, "skipped")]
+            case.result = [_skipped(SKIPPED_MESSAGE)]
         elif outcome == "missing":
             case.result = [_result(Error, not_run, record.status)]
         elif outcome != "passed":

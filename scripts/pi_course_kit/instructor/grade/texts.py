@@ -76,6 +76,8 @@ _WORDS = {
     "ALL_DONE": "Every required lab is done.",
     "NO_DOCSTRING": "(this test has no description)",
     "UNREADABLE_UPLOAD": "the upload cannot be read safely",
+    "WITHHELD": "details withheld: this checkpoint has held-out tests, so grading shows no text from your "
+    "run; run the public tests in your practice folder to see the message",
 }
 
 
@@ -123,6 +125,11 @@ def list_separator() -> str:
     return _("; ")
 
 
+def held_out_test(lab: str) -> str:
+    """How a learner-visible output names a held-out test: only by its lab, never by name or question."""
+    return _("a held-out test of Lab {lab}").format(lab=lab)
+
+
 def no_package(package: str) -> str:
     """What a Gradescope upload without the learner's package is told."""
     return _(
@@ -138,6 +145,7 @@ def msgids() -> list[str]:
         *_CREDIT_RULE.values(),
         *_WORDS.values(),
         "blocked by Lab {lab} (finish it first)",
+        "a held-out test of Lab {lab}",
         "{label}: {value}",
         " ({text})",
         "; ",
