@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NoReturn, Protocol
 
 from pi_course_kit import __version__
-from pi_course_kit.core import i18n
+from pi_course_kit.core import extras, i18n
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.manifest import ManifestError
 
@@ -87,12 +87,23 @@ def missing_extra(extra: str) -> list[str]:
 
 def _load(name: str) -> Command:
     if name in NEEDS_INSTRUCTOR_EXTRA and (missing := missing_extra("instructor")):
+        # Never `pip install 'pi-course-kit[instructor]'`: the name is not on the index (anyone could claim it).
+        install = extras.install_command("instructor")
         raise KitError(
             i18n._(
                 "`pi-course {command}` needs the kit's instructor extra ({missing} missing): "
-                "run `bash scripts/bootstrap --instructor` in the kit's checkout, "
-                "or `pip install 'pi-course-kit[instructor]'`"
-            ).format(command=name, missing=", ".join(missing))
+                "add it from the kit you installed: `{install}`"
+            ).format(command=name, missing=", ".join(missing), install=install)
+            if install
+            else i18n._(
+                "`pi-course {command}` needs the kit's instructor extra ({missing} missing): install the kit "
+                "again from your wheel, `python -m pip install '{wheel}[instructor]'`, or run `bash "
+                "scripts/bootstrap --instructor` in the kit's checkout (the kit is not on the package index)"
+            ).format(
+                command=name,
+                missing=", ".join(missing),
+                wheel=f"dist/pi_course_kit-{__version__}-py3-none-any.whl",
+            )
         )
     module: Command = importlib.import_module(f"pi_course_kit.{COMMANDS[name][0]}")
     return module

@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # the workflow and the reporter's JSON are written without th
     from pi_course_kit.instructor.grade.grader import Grader
 
 RUNNER = "picourse"
+#: The kit's extra that `pi-course grade` needs (cli.NEEDS_INSTRUCTOR_EXTRA): without it, grading exits 2
+#: and the workflow writes no result.
+EXTRA = "instructor"
 WORKFLOW = Path(".github") / "workflows" / "classroom.yml"
 
 
@@ -121,13 +124,16 @@ class KitSource:
     sha256: str = ""
 
     def install_script(self) -> str:
-        """The `run:` script of the install step; it fails when the wheel's bytes are not the exported ones."""
+        """The `run:` script of the install step, the kit with its instructor extra (what `grade` needs).
+
+        It fails when the wheel's bytes are not the exported ones.
+        """
         if self.wheel is None:
             return f"python -m pip install --quiet {shlex.quote(self.requirement)}\n"
         path = self.wheel.as_posix()
         return (
             f"echo {shlex.quote(f'{self.sha256}  {path}')} | sha256sum --check --strict\n"
-            f"python -m pip install --quiet {shlex.quote('./' + path)}\n"
+            f"python -m pip install --quiet {shlex.quote(f'./{path}[{EXTRA}]')}\n"
         )
 
 
@@ -144,7 +150,7 @@ def kit_source(kit: str | None) -> KitSource:
         )
     match = _GIT.match(kit.strip())
     if match:
-        return KitSource(f"pi-course-kit @ {match[1]}@{match[2]}")
+        return KitSource(f"pi-course-kit[{EXTRA}] @ {match[1]}@{match[2]}")
     path = Path(kit)
     if path.suffix == ".whl" and path.is_file():
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
