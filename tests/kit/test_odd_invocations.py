@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURE
-from learner_support import CLI, make_folder
+from learner_support import CLI, make_folder, run_cli
 from pi_course_kit.core.manifest import Checkpoint, Course
 
 #: As root, file permissions are checked once these capabilities are dropped (setpriv keeps uid 0,
@@ -409,3 +410,100 @@ def test_an_odd_invocation_ends_in_one_line_without_a_traceback(
     if process.returncode in (1, 2) and not lines and out.strip():
         return  # a red run: the report on stdout says why; no command at all: the help on stdout
     assert len(lines) == 1, err
+
+
+# -- issue 39: lines that were false, or lost work -------------------------------------------------
+
+
+def _pytest_in(folder: Path, args: list[str], language: str = "en") -> subprocess.CompletedProcess[str]:
+    """`python -m pytest ARGS` in a practice folder, as a learner types it."""
+    env = {**os.environ, "PI_COURSE_LANG": language}
+    env.pop("PYTHONPATH", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.parametrize("language", ["en", "zh_CN"])
+def test_pytest_with_an_unknown_lab_says_so_in_one_line_listing_the_labs(
+    starter: Path, tmp_path: Path, language: str
+) -> None:
+    """Does `python -m pytest -m lab9_9` end in one line naming 9.9 and the folder's labs, and nothing "done"?"""
+    folder = scratch(tmp_path, starter) / "folder"
+    done = _pytest_in(folder, ["-m", "lab9_9"], language)
+    assert done.returncode != 0
+    assert done.stdout.strip() == "", done.stdout  # no table, no "every required lab is done"
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert "9.9" in lines[0] and "1.1 (lab1_1)" in lines[0] and "1.2 (lab1_2)" in lines[0]
+    assert "Unknown marker" not in lines[0] and "Traceback" not in done.stderr
+    assert ("没有" in lines[0]) == (language == "zh_CN")
+
+
+def test_a_lab_that_stops_in_an_unchecked_earlier_labs_code_is_itself_the_next_step(
+    starter: Path, tmp_path: Path, course: Course, checkpoint: Checkpoint
+) -> None:
+    """A reset that leaves a count which cannot grow, run with `-m lab1_2`: is the next step 1.2, not 1.1?
+
+    The only failing 1.2 test stops inside add (Lab 1.1's code), but the mistake is reset's, and Lab 1.1
+    neither ran nor is recorded: naming it "next" would send the learner to code that is right.
+    """
+    folder = scratch(tmp_path, starter) / "folder"
+    for relative in checkpoint.teaching_files:
+        shutil.copyfile(course.root / checkpoint.solution / relative, folder / relative)
+    counter = folder / "fx_course" / "counter.py"
+    text = counter.read_text(encoding="utf-8")
+    wrong = (
+        "        class Zero(int):  # equal to 0, but `+` fails inside add, with no frame of its own\n"
+        "            __add__ = None\n\n"
+        "        self.count = Zero(0)\n"
+        "        # END LAB 1.2"
+    )
+    counter.write_text(text.replace("        self.count = 0\n        # END LAB 1.2", wrong), encoding="utf-8")
+    assert counter.read_text(encoding="utf-8") != text
+    assert not (folder / ".pi-course" / "progress.json").exists()  # nothing known about Lab 1.1
+    done = _pytest_in(folder, ["-m", "lab1_2"])
+    assert done.returncode == 1
+    tail = done.stdout.split("pi-course labs")[-1]
+    assert "blocked by 1.1" in tail  # the table still says where the test stopped
+    step = next(line for line in tail.splitlines() if line.startswith("next:"))
+    assert step.startswith("next: Lab 1.2"), tail
+    assert "Lab 1.1" not in step
+
+
+def test_reset_all_says_what_it_restored_without_naming_a_lab(starter: Path, tmp_path: Path) -> None:
+    """Does `reset --all` say it restored the starter files, never "Lab None"?"""
+    folder = scratch(tmp_path, starter) / "folder"
+    done = run_cli(["reset", "--all"], cwd=folder)
+    assert done.returncode == 0, done.stderr
+    assert "None" not in done.stdout and "restored the Lab" not in done.stdout, done.stdout
+    assert "restored the starter version of fx_course/counter.py" in done.stdout
+
+
+def test_practice_onto_an_empty_file_says_it_is_a_file(tmp_path: Path) -> None:
+    """Does `practice a1 FILE` (an empty regular file) say FILE is a file, not a folder, and keep it?"""
+    (tmp_path / "empty").write_bytes(b"")
+    done = run_cli(["practice", "a1", "empty", "--course", str(FIXTURE)], cwd=tmp_path)
+    assert done.returncode == 2
+    assert "is a file, not a folder" in done.stderr and "not empty" not in done.stderr
+    assert (tmp_path / "empty").is_file() and (tmp_path / "empty").read_bytes() == b""
+
+
+def test_hint_of_an_earlier_chapters_lab_is_given_in_a_later_folder(
+    course: Course, child: Checkpoint, tmp_path: Path
+) -> None:
+    """In a folder of the child checkpoint, whose table lists the parent's labs, is `hint 1.1` given?"""
+    parent = course.parent_of(child)
+    assert parent is not None
+    folder = make_folder(course, child, tmp_path / "child")
+    lab = parent.labs[0]
+    assert lab.id in {info.id for info in child.tree_labs} and lab.id not in {info.id for info in child.labs}
+    done = run_cli(["hint", lab.id], cwd=folder)
+    assert done.returncode == 0, done.stderr
+    assert lab.hints[0] in done.stdout
