@@ -228,6 +228,7 @@ _FAILURE_PHRASES = tuple(
         "Timeout (>{limit}s) from pytest-timeout.",
     )
 )
+_TRACEBACK_PLACE = re.compile(r"^(?P<where>\S+:\d+): in (?P<function>\S+)$")
 _LEADING = re.compile(r"^(?P<lead>(?:E\s+|>\s+|\s*)(?:[A-Za-z_][\w.]*: )?)(?P<rest>.*)$")
 
 
@@ -256,6 +257,8 @@ def failure_line(line: str) -> str:
     """A line of a failure's text with pytest's and Hypothesis's own words in the run's language."""
     if pi_course_i18n.speaks_english():
         return line
+    if place := _TRACEBACK_PLACE.match(line):  # `tests/test_x.py:12: in test_y`, --tb=short's frame line
+        return _("{where}: in {function}").format(where=place["where"], function=place["function"])
     parts = _LEADING.match(line)
     if parts is None:
         return line
