@@ -507,3 +507,44 @@ def test_hint_of_an_earlier_chapters_lab_is_given_in_a_later_folder(
     done = run_cli(["hint", lab.id], cwd=folder)
     assert done.returncode == 0, done.stderr
     assert lab.hints[0] in done.stdout
+
+
+def test_ctrl_c_while_the_focused_tests_import_hypothesis_ends_in_one_line(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """Ctrl-C while conftest imports the shared strategies (Hypothesis): one line `已中断`, no traceback?
+
+    The import is held at a known point (the folder's strategies.py waits after a mark file appears), so
+    the Ctrl-C lands inside it every time, as it did by chance on a loaded machine.
+    """
+    checkpoint = real_course.checkpoint("00")
+    folder = tmp_path / "practice"
+    made = run_cli(["practice", checkpoint.id, str(folder), "--course", str(real_course.root)], tmp_path)
+    assert made.returncode == 0, made.stderr
+    mark = tmp_path / "importing"
+    strategies = folder / "tests" / "strategies.py"
+    strategies.write_text(
+        strategies.read_text(encoding="utf-8")
+        + f"\nimport pathlib, time\npathlib.Path({str(mark)!r}).touch()\ntime.sleep(120)\n",
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LANG", "LC_ALL", "LANGUAGE")}
+    env["PI_COURSE_LANG"] = "zh_CN"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-m", "observe0_1"],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not mark.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    assert mark.exists(), process.communicate(timeout=30)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert "Traceback" not in out + err, err[-3000:]
+    assert process.returncode == 130, (out, err)
+    assert [line for line in err.splitlines() if line.strip()] == ["pytest：已中断"]
