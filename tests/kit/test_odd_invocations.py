@@ -101,6 +101,20 @@ def _with_backup(ws: Path) -> None:
     shutil.copyfile(ws / "folder" / "fx_course" / "counter.py", backup / "counter.py")
 
 
+def _teaching_a_folder(ws: Path) -> None:
+    path = ws / "folder" / "fx_course" / "counter.py"
+    path.unlink()
+    path.mkdir()
+
+
+def _empty_backup(ws: Path) -> None:
+    (ws / "folder" / ".pi-course" / "backups" / "20260101-000000-lab1.1").mkdir(parents=True)
+
+
+def _progress_dir(ws: Path) -> None:
+    (ws / "folder" / ".pi-course" / "progress.json").mkdir(parents=True)
+
+
 META = "folder/.pi-course/meta.json"
 DAMAGE: dict[str, Callable[[Path], None]] = {
     "meta not json": _write(META, b"{not json"),
@@ -127,6 +141,18 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "practice folder locked": _locked_folder,
     "meta locked": _locked_meta,
     "teaching file locked": _locked_teaching,
+    # -- issue 39: more damage
+    "meta checkpoint a number": lambda ws: _meta(ws, lambda m: m.__setitem__("checkpoint", 5)),
+    "meta hints negative": lambda ws: _meta(ws, lambda m: m.__setitem__("hints", {"1.1": -3})),
+    "meta last lab unknown": lambda ws: _meta(ws, lambda m: m.__setitem__("last_next_lab", "9.9")),
+    "progress not json": _write("folder/.pi-course/progress.json", b"{not json"),
+    "progress a list": _write("folder/.pi-course/progress.json", b"[1, 2]"),
+    "progress a folder": _progress_dir,
+    "pytest.ini not utf-8": _write("folder/pytest.ini", b"\xff\xfe[pytest]\x81"),
+    "pytest.ini empty": _write("folder/pytest.ini", b""),
+    "teaching file a folder": _teaching_a_folder,
+    "teaching file empty": _write("folder/fx_course/counter.py", b""),
+    "an empty backup": _empty_backup,
 }
 
 CASES: dict[str, Odd] = {
@@ -286,6 +312,60 @@ CASES: dict[str, Odd] = {
     ),
     "status in a read-only folder": Odd(("status", "--no-run"), where="folder", mode="ro", ok=True),
     "check in a read-only folder": Odd(("check",), where="folder", mode="ro"),
+    # -- issue 39: 40 more of the same kind
+    "check --lab given a marker": Odd(("check", "--lab", "lab1_1"), where="folder"),
+    "check --lab with a space": Odd(("check", "--lab", " 1.1"), where="folder"),
+    "check --lab 1.1.1": Odd(("check", "--lab", "1.1.1"), where="folder"),
+    "check --lab with an extra argument": Odd(("check", "--lab", "1.1", "extra"), where="folder"),
+    "hint 1.1 with an unknown option": Odd(("hint", "1.1", "--bogus"), where="folder"),
+    "hint -1": Odd(("hint", "--", "-1"), where="folder"),
+    "hint a marker": Odd(("hint", "lab1_1"), where="folder", ok=True),
+    "hint 0.1 (another checkpoint's lab)": Odd(("hint", "0.1"), where="folder"),
+    "hint from the package folder": Odd(("hint", "1.1"), where="sub", ok=True),
+    "reset two labs": Odd(("reset", "1.1", "1.2"), where="folder"),
+    "reset --undo --all": Odd(("reset", "--undo", "--all"), where="folder"),
+    "reset the optional exercise": Odd(("reset", "extra1"), where="folder"),
+    "reset --undo with an empty backup": Odd(("reset", "--undo"), where="folder", damage="an empty backup"),
+    "status with an extra argument": Odd(("status", "--no-run", "extra"), where="folder"),
+    "watch with an extra argument": Odd(("watch", "--poll", "extra"), where="folder"),
+    "practice --from without a value": Odd(("practice", "a2", "new", "--from")),
+    "practice --course without a value": Odd(("practice", "a1", "new", "--course")),
+    "practice A1 (capitals)": Odd(("practice", "A1", "new")),
+    "practice with a space in the id": Odd(("practice", " a1", "new")),
+    "practice --course a folder without course.toml": Odd(("practice", "a1", "new", "--course", "folder")),
+    "--from the package folder of a practice folder": Odd(
+        ("practice", "a2", "new", "--from", "folder/fx_course")
+    ),
+    "practice into the practice folder's package": Odd(("practice", "a1", "folder/fx_course")),
+    "checkpoint onto a file": Odd(("checkpoint", "a1", "a-file")),
+    "checkpoint with an extra argument": Odd(("checkpoint", "a1", "cp", "extra")),
+    "diff with a missing course": Odd(("diff", "a1", "--course", "missing")),
+    "diff a missing folder": Odd(("diff", "a1", "missing", "--course", str(FIXTURE))),
+    "diff a file": Odd(("diff", "a1", "a-file", "--course", str(FIXTURE))),
+    "diagnose 99": Odd(("diagnose", "99", "x", "--course", str(FIXTURE))),
+    "nbrun an empty name": Odd(("nbrun", "")),
+    "nbrun a folder": Odd(("nbrun", "full")),
+    "export an unknown target": Odd(("export", "bogus", "a1")),
+    "verify 99": Odd(("verify", "99", "--course", str(FIXTURE))),
+    "build-labs with a missing course": Odd(("build-labs", "--course", "missing")),
+    "--lang en without a command": Odd(("--lang", "en")),
+    "check with meta checkpoint a number": Odd(("check",), where="folder", damage="meta checkpoint a number"),
+    "hint with a negative hint count": Odd(
+        ("hint", "1.1"), where="folder", damage="meta hints negative", ok=True
+    ),
+    "hint with an unknown last lab": Odd(("hint",), where="folder", damage="meta last lab unknown", ok=True),
+    "check with progress not json": Odd(("check",), where="folder", damage="progress not json"),
+    "status with progress a list": Odd(
+        ("status", "--no-run"), where="folder", damage="progress a list", ok=True
+    ),
+    "check with progress a folder": Odd(("check",), where="folder", damage="progress a folder"),
+    "check with pytest.ini not utf-8": Odd(("check",), where="folder", damage="pytest.ini not utf-8"),
+    "check with pytest.ini empty": Odd(("check",), where="folder", damage="pytest.ini empty"),
+    "reset with the teaching file a folder": Odd(
+        ("reset", "1.1"), where="folder", damage="teaching file a folder"
+    ),
+    "check with the teaching file a folder": Odd(("check",), where="folder", damage="teaching file a folder"),
+    "reset with an empty teaching file": Odd(("reset", "1.1"), where="folder", damage="teaching file empty"),
     # -- Ctrl-C while starting up
     **{
         f"Ctrl-C {delay:g}s into {' '.join(argv)}": Odd(argv, where="folder", mode="sigint", delay=delay)
@@ -302,9 +382,9 @@ CASES: dict[str, Odd] = {
 }
 
 
-def test_there_are_at_least_seventy_odd_invocations() -> None:
-    """Does the table hold at least 70 distinct odd invocations?"""
-    assert len(CASES) >= 70
+def test_there_are_at_least_a_hundred_and_sixty_odd_invocations() -> None:
+    """Does the table hold at least 160 distinct odd invocations (124 before issue 39, and 40 more)?"""
+    assert len(CASES) >= 160
     assert len({(c.argv, c.where, c.damage, c.mode, c.delay) for c in CASES.values()}) == len(CASES)
 
 

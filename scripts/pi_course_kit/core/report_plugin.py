@@ -1003,6 +1003,16 @@ class ReportPlugin:
                 {"event": "summary", "labs": [], "next": None, "collect_errors": len(self.collect_errors)}
             )
             return
+        if not self.labs:
+            # pytest.ini declares no lab (emptied, or replaced): nothing here can be called done.
+            write(
+                _(
+                    "no test that ran belongs to a lab: this folder's pytest.ini no longer declares them; "
+                    "`pi-course reset --kit` puts the kit's pytest.ini back (your code is not touched)"
+                )
+            )
+            self._emit({"event": "summary", "labs": [], "next": None, "collect_errors": 0})
+            return
         rows = [row for row in summarise(self.labs, self.records, self.collected) if row.total]
         recorded = read_progress(self.root, PACKAGE)
         entries = {lab.id: entry for lab in self.labs if (entry := lab_entry(self.root, PACKAGE, lab))}

@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     total = len(hints)
 
     def seen_count(meta: FolderMeta) -> int:
-        return min(meta.hints.get(lab.id, 0), total)
+        # A count edited by hand (negative, or past the last hint) still means "from the first".
+        return max(min(meta.hints.get(lab.id, 0), total), 0)
 
     already = seen_count(folder.meta)
     if args.all:
