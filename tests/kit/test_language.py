@@ -395,3 +395,7 @@ def test_a_chinese_pytest_run_shows_none_of_pytests_own_english(
         assert prose == [], prose
         step = next(line for line in output.splitlines() if line.startswith("下一步：Lab 0.2"))
         assert "？" in step  # the failing test's question, in Chinese
+    # The kit's own report of the same run: its `差异：` lines carry pytest's explanation, translated.
+    checked = _run(["check"], folder, None)
+    assert [phrase for phrase in PYTEST_ENGLISH if phrase in checked] == [], checked
+    assert _offending({"check": checked}, english_line) == []
