@@ -628,3 +628,30 @@ def test_ctrl_c_while_the_focused_tests_import_hypothesis_ends_in_one_line(
     assert "Traceback" not in out + err, err[-3000:]
     assert process.returncode == 130, (out, err)
     assert [line for line in err.splitlines() if line.strip()] == ["pytest：已中断"]
+
+
+def test_in_00_a_red_observe0_2_run_names_0_2_not_the_unrun_0_1(real_course: Course, tmp_path: Path) -> None:
+    """00 with a shared fixture (both steps red in a whole run), then `-m observe0_2`: is 0.2 next, not 0.1?
+
+    The whole run recorded 0.1 as failing; the learner then ran 0.2 alone. The step must speak of the
+    lab that ran (0.2, red, with its failure), not send them to 0.1, which this run did not run.
+    """
+    checkpoint = real_course.checkpoint("00")
+    folder = tmp_path / "practice"
+    made = run_cli(["practice", checkpoint.id, str(folder), "--course", str(real_course.root)], tmp_path)
+    assert made.returncode == 0, made.stderr
+    mutation = checkpoint.mutation("demo-shares-the-fixture")
+    target = folder / mutation.file
+    target.write_text(
+        target.read_text(encoding="utf-8").replace(mutation.find, mutation.replace), encoding="utf-8"
+    )
+    whole = _pytest_in(folder, [])
+    assert whole.returncode == 1
+    rows = {
+        line.split()[0]: line.split()[2] for line in whole.stdout.splitlines() if line[:4] in ("0.1 ", "0.2 ")
+    }
+    assert rows == {"0.1": "failing", "0.2": "failing"}, whole.stdout[-2000:]
+    alone = _pytest_in(folder, ["-m", "observe0_2"])
+    assert alone.returncode == 1
+    step = next(line for line in alone.stdout.splitlines() if line.startswith("next:"))
+    assert step.startswith("next: Lab 0.2 (failing)"), alone.stdout[-2000:]
