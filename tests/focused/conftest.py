@@ -5,12 +5,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pi_course_i18n  # the standard library only: imported first, it can say "interrupted"
 import pytest
 
-# Loads the Hypothesis profile (learner or grading) for every test module, those that use none of
-# the shared strategies too.
-import strategies  # noqa: F401
-from pi_course_report import ReportPlugin, StubFailures, pytest_addoption
+try:
+    # Loads the Hypothesis profile (learner or grading) for every test module, those that use none of
+    # the shared strategies too.
+    import strategies  # noqa: F401
+    from pi_course_report import ReportPlugin, StubFailures, pytest_addoption
+except KeyboardInterrupt:
+    # Ctrl-C while Hypothesis (or the report) imports: pytest is not running yet and would show the
+    # import's traceback. One line, as `pi-course check` says it, and the shell's code for Ctrl-C.
+    sys.stderr.write(pi_course_i18n._("{prog}: interrupted").format(prog="pytest") + "\n")
+    raise SystemExit(130) from None
 
 __all__ = ["pytest_addoption"]  # the report's pytest.ini key (the learner's package)
 

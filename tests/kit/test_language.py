@@ -322,3 +322,80 @@ def test_the_grading_summary_speaks_the_runs_one_language(
             return line
 
         assert [line for line in lines if foreign(bare(line))] == [], language
+
+
+#: pytest's and Hypothesis's own English, which a Chinese run of the focused tests must not show.
+PYTEST_ENGLISH = (
+    "test session starts",
+    "FAILURES",
+    "short test summary info",
+    "stopping after",
+    "DID NOT RAISE",
+    "Regex pattern did not match",
+    "Expected regex:",
+    "Actual message:",
+    "Use -v to get more diff",
+    "Full output truncated",
+    "Failing test case",
+    " passed",
+    " failed",
+    "collected ",
+    "platform ",
+)
+
+
+def _pytest_run(folder: Path, args: list[str], language: str | None) -> str:
+    done = subprocess.run(
+        ["python", "-m", "pytest", *args],
+        cwd=folder,
+        env=_env(language),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    return done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    [
+        # pytest.raises(match=...) sees another message: "Regex pattern did not match", "Expected regex:".
+        ('f"tool call {call_id} 缺少配对结果"', 'f"tool call {call_id} unpaired"'),
+        # The dangling call is let through: "DID NOT RAISE ValueError", and Hypothesis's failing case.
+        ('raise ValueError(f"tool call {call_id} 缺少配对结果")', "pass"),
+    ],
+)
+def test_a_chinese_pytest_run_shows_none_of_pytests_own_english(
+    real_course: Course, tmp_path: Path, mistake: tuple[str, str]
+) -> None:
+    """In a Chinese 00 folder with a planted mistake, does `python -m pytest` (and -x) show no pytest English?
+
+    Section titles, counts, the short summary and the explanations inside a failure come in Chinese; the
+    test's code and its values stay as they are. The next step asks the failing test's question.
+    """
+    checkpoint = real_course.checkpoint("00")
+    folder = tmp_path / "practice"
+    _run(["practice", checkpoint.id, str(folder)], tmp_path, None)
+    target = folder / checkpoint.teaching_files[0]
+    text = target.read_text(encoding="utf-8")
+    assert mistake[0] in text
+    target.write_text(text.replace(mistake[0], mistake[1]), encoding="utf-8")
+    for args in ([], ["-x"]):
+        output = _pytest_run(folder, args, None)
+        shown = [phrase for phrase in PYTEST_ENGLISH if phrase in output]
+        assert shown == [], output[-4000:]
+        # Lines that are not the test's own source (indented) nor a failure's `E` lines: Chinese or code.
+        prose = [
+            line
+            for line in output.splitlines()
+            if line.strip() and not line.startswith((" ", "E ", "_", "tests/test_")) and english_line(line)
+        ]
+        assert prose == [], prose
+        step = next(line for line in output.splitlines() if line.startswith("下一步：Lab 0.2"))
+        assert "？" in step  # the failing test's question, in Chinese
+    # The kit's own report of the same run: its `差异：` lines carry pytest's explanation, translated.
+    checked = _run(["check"], folder, None)
+    assert [phrase for phrase in PYTEST_ENGLISH if phrase in checked] == [], checked
+    assert _offending({"check": checked}, english_line) == []

@@ -190,3 +190,43 @@ def test_grading_a_child_flags_a_parent_that_is_no_longer_green(
     (record,) = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     required = ", ".join(lab.id for lab in parent.required_labs)
     assert f"parent labs not green: {required}" in record["flags"]
+
+
+def test_a_changed_file_the_course_supplies_instead_is_named_and_kept(
+    tmp_path: Path, course: Course, child: Checkpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the learner changed a package file that the new folder takes from the course, is it named and kept?"""
+    parent = course.parent_of(child)
+    assert parent is not None
+    mine = practice.create(course, parent, tmp_path / "mine")
+    given = f"{course.package}/__init__.py"  # given code, not a teaching file, not inherited by the child
+    assert given not in parent.teaching_files and given not in child.inherited_files
+    changed = (mine / given).read_text(encoding="utf-8") + "\n# my own change to given code\n"
+    (mine / given).write_text(changed, encoding="utf-8")
+    untouched = f"{course.package}/lab.py"  # shipped and never edited: nothing of the learner's to keep
+    monkeypatch.setattr(lineage, "unfinished_labs", lambda *args: [])
+    before = snapshot(mine)
+    made = lineage.create_from(course, child, mine, tmp_path / "next")
+    assert snapshot(mine) == before
+    assert (made / given).read_bytes() == (course.root / child.starter / given).read_bytes()
+    assert (made / ".pi-course" / "replaced" / given).read_text(encoding="utf-8") == changed
+    assert not (made / ".pi-course" / "replaced" / untouched).exists()
+    assert given in lineage.replaced_files(made)
+
+
+def test_the_practice_command_says_which_of_the_learners_files_were_replaced_and_where_they_are(
+    tmp_path: Path, course: Course, child: Checkpoint
+) -> None:
+    """Does `practice CHILD DIR --from MINE` name the learner's replaced file and the folder that keeps it?"""
+    parent = course.parent_of(child)
+    assert parent is not None
+    assert run_cli(["practice", parent.id, str(tmp_path / "mine"), *FX], tmp_path).returncode == 0
+    for relative in parent.teaching_files:
+        solved = (course.root / parent.solution / relative).read_bytes()
+        (tmp_path / "mine" / relative).write_bytes(solved)
+    given = tmp_path / "mine" / course.package / "__init__.py"
+    given.write_text(given.read_text(encoding="utf-8") + "# mine\n", encoding="utf-8")
+    made = run_cli(["practice", child.id, str(tmp_path / "next"), "--from", "mine", *FX], tmp_path)
+    assert made.returncode == 0, made.stderr
+    named = [line for line in made.stdout.splitlines() if ".pi-course/replaced" in line]
+    assert len(named) == 1 and f"{course.package}/__init__.py" in named[0], made.stdout

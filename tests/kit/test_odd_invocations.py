@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURE
-from learner_support import CLI, make_folder
+from learner_support import CLI, make_folder, run_cli
 from pi_course_kit.core.manifest import Checkpoint, Course
 
 #: As root, file permissions are checked once these capabilities are dropped (setpriv keeps uid 0,
@@ -100,6 +101,20 @@ def _with_backup(ws: Path) -> None:
     shutil.copyfile(ws / "folder" / "fx_course" / "counter.py", backup / "counter.py")
 
 
+def _teaching_a_folder(ws: Path) -> None:
+    path = ws / "folder" / "fx_course" / "counter.py"
+    path.unlink()
+    path.mkdir()
+
+
+def _empty_backup(ws: Path) -> None:
+    (ws / "folder" / ".pi-course" / "backups" / "20260101-000000-lab1.1").mkdir(parents=True)
+
+
+def _progress_dir(ws: Path) -> None:
+    (ws / "folder" / ".pi-course" / "progress.json").mkdir(parents=True)
+
+
 META = "folder/.pi-course/meta.json"
 DAMAGE: dict[str, Callable[[Path], None]] = {
     "meta not json": _write(META, b"{not json"),
@@ -126,6 +141,18 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "practice folder locked": _locked_folder,
     "meta locked": _locked_meta,
     "teaching file locked": _locked_teaching,
+    # -- issue 39: more damage
+    "meta checkpoint a number": lambda ws: _meta(ws, lambda m: m.__setitem__("checkpoint", 5)),
+    "meta hints negative": lambda ws: _meta(ws, lambda m: m.__setitem__("hints", {"1.1": -3})),
+    "meta last lab unknown": lambda ws: _meta(ws, lambda m: m.__setitem__("last_next_lab", "9.9")),
+    "progress not json": _write("folder/.pi-course/progress.json", b"{not json"),
+    "progress a list": _write("folder/.pi-course/progress.json", b"[1, 2]"),
+    "progress a folder": _progress_dir,
+    "pytest.ini not utf-8": _write("folder/pytest.ini", b"\xff\xfe[pytest]\x81"),
+    "pytest.ini empty": _write("folder/pytest.ini", b""),
+    "teaching file a folder": _teaching_a_folder,
+    "teaching file empty": _write("folder/fx_course/counter.py", b""),
+    "an empty backup": _empty_backup,
 }
 
 CASES: dict[str, Odd] = {
@@ -285,6 +312,60 @@ CASES: dict[str, Odd] = {
     ),
     "status in a read-only folder": Odd(("status", "--no-run"), where="folder", mode="ro", ok=True),
     "check in a read-only folder": Odd(("check",), where="folder", mode="ro"),
+    # -- issue 39: 40 more of the same kind
+    "check --lab given a marker": Odd(("check", "--lab", "lab1_1"), where="folder"),
+    "check --lab with a space": Odd(("check", "--lab", " 1.1"), where="folder"),
+    "check --lab 1.1.1": Odd(("check", "--lab", "1.1.1"), where="folder"),
+    "check --lab with an extra argument": Odd(("check", "--lab", "1.1", "extra"), where="folder"),
+    "hint 1.1 with an unknown option": Odd(("hint", "1.1", "--bogus"), where="folder"),
+    "hint -1": Odd(("hint", "--", "-1"), where="folder"),
+    "hint a marker": Odd(("hint", "lab1_1"), where="folder", ok=True),
+    "hint 0.1 (another checkpoint's lab)": Odd(("hint", "0.1"), where="folder"),
+    "hint from the package folder": Odd(("hint", "1.1"), where="sub", ok=True),
+    "reset two labs": Odd(("reset", "1.1", "1.2"), where="folder"),
+    "reset --undo --all": Odd(("reset", "--undo", "--all"), where="folder"),
+    "reset the optional exercise": Odd(("reset", "extra1"), where="folder"),
+    "reset --undo with an empty backup": Odd(("reset", "--undo"), where="folder", damage="an empty backup"),
+    "status with an extra argument": Odd(("status", "--no-run", "extra"), where="folder"),
+    "watch with an extra argument": Odd(("watch", "--poll", "extra"), where="folder"),
+    "practice --from without a value": Odd(("practice", "a2", "new", "--from")),
+    "practice --course without a value": Odd(("practice", "a1", "new", "--course")),
+    "practice A1 (capitals)": Odd(("practice", "A1", "new")),
+    "practice with a space in the id": Odd(("practice", " a1", "new")),
+    "practice --course a folder without course.toml": Odd(("practice", "a1", "new", "--course", "folder")),
+    "--from the package folder of a practice folder": Odd(
+        ("practice", "a2", "new", "--from", "folder/fx_course")
+    ),
+    "practice into the practice folder's package": Odd(("practice", "a1", "folder/fx_course")),
+    "checkpoint onto a file": Odd(("checkpoint", "a1", "a-file")),
+    "checkpoint with an extra argument": Odd(("checkpoint", "a1", "cp", "extra")),
+    "diff with a missing course": Odd(("diff", "a1", "--course", "missing")),
+    "diff a missing folder": Odd(("diff", "a1", "missing", "--course", str(FIXTURE))),
+    "diff a file": Odd(("diff", "a1", "a-file", "--course", str(FIXTURE))),
+    "diagnose 99": Odd(("diagnose", "99", "x", "--course", str(FIXTURE))),
+    "nbrun an empty name": Odd(("nbrun", "")),
+    "nbrun a folder": Odd(("nbrun", "full")),
+    "export an unknown target": Odd(("export", "bogus", "a1")),
+    "verify 99": Odd(("verify", "99", "--course", str(FIXTURE))),
+    "build-labs with a missing course": Odd(("build-labs", "--course", "missing")),
+    "--lang en without a command": Odd(("--lang", "en")),
+    "check with meta checkpoint a number": Odd(("check",), where="folder", damage="meta checkpoint a number"),
+    "hint with a negative hint count": Odd(
+        ("hint", "1.1"), where="folder", damage="meta hints negative", ok=True
+    ),
+    "hint with an unknown last lab": Odd(("hint",), where="folder", damage="meta last lab unknown", ok=True),
+    "check with progress not json": Odd(("check",), where="folder", damage="progress not json"),
+    "status with progress a list": Odd(
+        ("status", "--no-run"), where="folder", damage="progress a list", ok=True
+    ),
+    "check with progress a folder": Odd(("check",), where="folder", damage="progress a folder"),
+    "check with pytest.ini not utf-8": Odd(("check",), where="folder", damage="pytest.ini not utf-8"),
+    "check with pytest.ini empty": Odd(("check",), where="folder", damage="pytest.ini empty"),
+    "reset with the teaching file a folder": Odd(
+        ("reset", "1.1"), where="folder", damage="teaching file a folder"
+    ),
+    "check with the teaching file a folder": Odd(("check",), where="folder", damage="teaching file a folder"),
+    "reset with an empty teaching file": Odd(("reset", "1.1"), where="folder", damage="teaching file empty"),
     # -- Ctrl-C while starting up
     **{
         f"Ctrl-C {delay:g}s into {' '.join(argv)}": Odd(argv, where="folder", mode="sigint", delay=delay)
@@ -301,9 +382,9 @@ CASES: dict[str, Odd] = {
 }
 
 
-def test_there_are_at_least_seventy_odd_invocations() -> None:
-    """Does the table hold at least 70 distinct odd invocations?"""
-    assert len(CASES) >= 70
+def test_there_are_at_least_a_hundred_and_sixty_odd_invocations() -> None:
+    """Does the table hold at least 160 distinct odd invocations (124 before issue 39, and 40 more)?"""
+    assert len(CASES) >= 160
     assert len({(c.argv, c.where, c.damage, c.mode, c.delay) for c in CASES.values()}) == len(CASES)
 
 
@@ -409,3 +490,168 @@ def test_an_odd_invocation_ends_in_one_line_without_a_traceback(
     if process.returncode in (1, 2) and not lines and out.strip():
         return  # a red run: the report on stdout says why; no command at all: the help on stdout
     assert len(lines) == 1, err
+
+
+# -- issue 39: lines that were false, or lost work -------------------------------------------------
+
+
+def _pytest_in(folder: Path, args: list[str], language: str = "en") -> subprocess.CompletedProcess[str]:
+    """`python -m pytest ARGS` in a practice folder, as a learner types it."""
+    env = {**os.environ, "PI_COURSE_LANG": language}
+    env.pop("PYTHONPATH", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.parametrize("language", ["en", "zh_CN"])
+def test_pytest_with_an_unknown_lab_says_so_in_one_line_listing_the_labs(
+    starter: Path, tmp_path: Path, language: str
+) -> None:
+    """Does `python -m pytest -m lab9_9` end in one line naming 9.9 and the folder's labs, and nothing "done"?"""
+    folder = scratch(tmp_path, starter) / "folder"
+    done = _pytest_in(folder, ["-m", "lab9_9"], language)
+    assert done.returncode != 0
+    assert done.stdout.strip() == "", done.stdout  # no table, no "every required lab is done"
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert "9.9" in lines[0] and "1.1 (lab1_1)" in lines[0] and "1.2 (lab1_2)" in lines[0]
+    assert "Unknown marker" not in lines[0] and "Traceback" not in done.stderr
+    assert ("没有" in lines[0]) == (language == "zh_CN")
+
+
+def test_a_lab_that_stops_in_an_unchecked_earlier_labs_code_is_itself_the_next_step(
+    starter: Path, tmp_path: Path, course: Course, checkpoint: Checkpoint
+) -> None:
+    """A reset that leaves a count which cannot grow, run with `-m lab1_2`: is the next step 1.2, not 1.1?
+
+    The only failing 1.2 test stops inside add (Lab 1.1's code), but the mistake is reset's, and Lab 1.1
+    neither ran nor is recorded: naming it "next" would send the learner to code that is right.
+    """
+    folder = scratch(tmp_path, starter) / "folder"
+    for relative in checkpoint.teaching_files:
+        shutil.copyfile(course.root / checkpoint.solution / relative, folder / relative)
+    counter = folder / "fx_course" / "counter.py"
+    text = counter.read_text(encoding="utf-8")
+    wrong = (
+        "        class Zero(int):  # equal to 0, but `+` fails inside add, with no frame of its own\n"
+        "            __add__ = None\n\n"
+        "        self.count = Zero(0)\n"
+        "        # END LAB 1.2"
+    )
+    counter.write_text(text.replace("        self.count = 0\n        # END LAB 1.2", wrong), encoding="utf-8")
+    assert counter.read_text(encoding="utf-8") != text
+    assert not (folder / ".pi-course" / "progress.json").exists()  # nothing known about Lab 1.1
+    done = _pytest_in(folder, ["-m", "lab1_2"])
+    assert done.returncode == 1
+    tail = done.stdout.split("pi-course labs")[-1]
+    assert "blocked by 1.1" in tail  # the table still says where the test stopped
+    step = next(line for line in tail.splitlines() if line.startswith("next:"))
+    assert step.startswith("next: Lab 1.2"), tail
+    assert "Lab 1.1" not in step
+
+
+def test_reset_all_says_what_it_restored_without_naming_a_lab(starter: Path, tmp_path: Path) -> None:
+    """Does `reset --all` say it restored the starter files, never "Lab None"?"""
+    folder = scratch(tmp_path, starter) / "folder"
+    done = run_cli(["reset", "--all"], cwd=folder)
+    assert done.returncode == 0, done.stderr
+    assert "None" not in done.stdout and "restored the Lab" not in done.stdout, done.stdout
+    assert "restored the starter version of fx_course/counter.py" in done.stdout
+
+
+def test_practice_onto_an_empty_file_says_it_is_a_file(tmp_path: Path) -> None:
+    """Does `practice a1 FILE` (an empty regular file) say FILE is a file, not a folder, and keep it?"""
+    (tmp_path / "empty").write_bytes(b"")
+    done = run_cli(["practice", "a1", "empty", "--course", str(FIXTURE)], cwd=tmp_path)
+    assert done.returncode == 2
+    assert "is a file, not a folder" in done.stderr and "not empty" not in done.stderr
+    assert (tmp_path / "empty").is_file() and (tmp_path / "empty").read_bytes() == b""
+
+
+def test_hint_of_an_earlier_chapters_lab_is_given_in_a_later_folder(
+    course: Course, child: Checkpoint, tmp_path: Path
+) -> None:
+    """In a folder of the child checkpoint, whose table lists the parent's labs, is `hint 1.1` given?"""
+    parent = course.parent_of(child)
+    assert parent is not None
+    folder = make_folder(course, child, tmp_path / "child")
+    lab = parent.labs[0]
+    assert lab.id in {info.id for info in child.tree_labs} and lab.id not in {info.id for info in child.labs}
+    done = run_cli(["hint", lab.id], cwd=folder)
+    assert done.returncode == 0, done.stderr
+    assert lab.hints[0] in done.stdout
+
+
+def test_ctrl_c_while_the_focused_tests_import_hypothesis_ends_in_one_line(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """Ctrl-C while conftest imports the shared strategies (Hypothesis): one line `已中断`, no traceback?
+
+    The import is held at a known point (the folder's strategies.py waits after a mark file appears), so
+    the Ctrl-C lands inside it every time, as it did by chance on a loaded machine.
+    """
+    checkpoint = real_course.checkpoint("00")
+    folder = tmp_path / "practice"
+    made = run_cli(["practice", checkpoint.id, str(folder), "--course", str(real_course.root)], tmp_path)
+    assert made.returncode == 0, made.stderr
+    mark = tmp_path / "importing"
+    strategies = folder / "tests" / "strategies.py"
+    strategies.write_text(
+        strategies.read_text(encoding="utf-8")
+        + f"\nimport pathlib, time\npathlib.Path({str(mark)!r}).touch()\ntime.sleep(120)\n",
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LANG", "LC_ALL", "LANGUAGE")}
+    env["PI_COURSE_LANG"] = "zh_CN"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-m", "observe0_1"],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not mark.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    assert mark.exists(), process.communicate(timeout=30)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert "Traceback" not in out + err, err[-3000:]
+    assert process.returncode == 130, (out, err)
+    assert [line for line in err.splitlines() if line.strip()] == ["pytest：已中断"]
+
+
+def test_in_00_a_red_observe0_2_run_names_0_2_not_the_unrun_0_1(real_course: Course, tmp_path: Path) -> None:
+    """00 with a shared fixture (both steps red in a whole run), then `-m observe0_2`: is 0.2 next, not 0.1?
+
+    The whole run recorded 0.1 as failing; the learner then ran 0.2 alone. The step must speak of the
+    lab that ran (0.2, red, with its failure), not send them to 0.1, which this run did not run.
+    """
+    checkpoint = real_course.checkpoint("00")
+    folder = tmp_path / "practice"
+    made = run_cli(["practice", checkpoint.id, str(folder), "--course", str(real_course.root)], tmp_path)
+    assert made.returncode == 0, made.stderr
+    mutation = checkpoint.mutation("demo-shares-the-fixture")
+    target = folder / mutation.file
+    target.write_text(
+        target.read_text(encoding="utf-8").replace(mutation.find, mutation.replace), encoding="utf-8"
+    )
+    whole = _pytest_in(folder, [])
+    assert whole.returncode == 1
+    rows = {
+        line.split()[0]: line.split()[2] for line in whole.stdout.splitlines() if line[:4] in ("0.1 ", "0.2 ")
+    }
+    assert rows == {"0.1": "failing", "0.2": "failing"}, whole.stdout[-2000:]
+    alone = _pytest_in(folder, ["-m", "observe0_2"])
+    assert alone.returncode == 1
+    step = next(line for line in alone.stdout.splitlines() if line.startswith("next:"))
+    assert step.startswith("next: Lab 0.2 (failing)"), alone.stdout[-2000:]

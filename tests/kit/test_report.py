@@ -267,14 +267,14 @@ def test_a_record_stream_reads_back_typed_and_garbage_is_dropped(starter_run: Ru
 @pytest.mark.parametrize(
     ("language", "expected"),
     [
-        ("zh_CN", ["第 1 项不同：2 != 5", "左边多一项：4"]),
+        ("zh_CN", ["第 2 项不同：2 != 5", "左边多一项：4"]),  # a Chinese ordinal counts from 1
         ("en", ["At index 1 diff: 2 != 5", "Left contains one more item: 4"]),
     ],
 )
 def test_pytest_s_own_words_for_a_difference_come_in_the_run_s_language(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, language: str, expected: list[str]
 ) -> None:
-    """Does a list difference read "第 1 项不同：…" in a Chinese run and as pytest wrote it in an English one?"""
+    """Does a list difference read "第 2 项不同：…" (counted from 1) in a Chinese run, as pytest wrote it in English?"""
     tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, tmp_path / "tree")
     marker = checkpoint.labs[0].marker
     (tree / "tests" / "test_zz_difference.py").write_text(

@@ -98,3 +98,32 @@ def test_watch_shows_the_first_red_then_moves_on_when_the_lab_turns_green(
     finally:
         if term.process.poll() is None:
             term.process.kill()
+
+
+def test_r_asks_before_it_resets_and_any_other_key_keeps_the_code(
+    folder: Path, checkpoint: Checkpoint
+) -> None:
+    """Does `r` only ask (naming the backup), `n` keep the learner's code, and `r` then `y` reset the lab?"""
+    first = checkpoint.first_lab
+    teaching = folder / checkpoint.teaching_files[0]
+    backups = folder / ".pi-course" / "backups"
+    term = Terminal(folder)
+    try:
+        term.wait_for("r reset this lab to its stubs (asks first)")
+        mine = teaching.read_text(encoding="utf-8") + "\n# my own notes\n"
+        teaching.write_text(mine, encoding="utf-8")
+        term.press("r")
+        term.wait_for(f"reset Lab {first.id}? Its stubs replace your code")
+        term.press("n")
+        term.wait_for("not reset: your code is unchanged")
+        assert teaching.read_text(encoding="utf-8") == mine
+        assert not backups.exists() or not any(backups.iterdir())
+        term.press("r")
+        term.press("y")
+        term.wait_for("pi-course reset --undo", timeout=120)
+        assert backups.is_dir() and len(list(backups.iterdir())) == 1
+        term.press("q")
+        assert term.close() == 0
+    finally:
+        if term.process.poll() is None:
+            term.process.kill()

@@ -627,8 +627,11 @@ def _failure_text(failure: TestRecord | None, lab: str, status: str) -> str:
         return failure.message + _(" — replace that raise with your implementation")
     name = failure.nodeid.rsplit("::", 1)[-1]
     question = f" — {failure.question}" if failure.question else ""
-    if failure.exc_type == "AssertionError" or failure.diff:
+    if failure.exc_type == "AssertionError" or failure.diff or not failure.message:
         return f"{name}{question}"
+    # The test's question (in the run's language) comes first; what stopped it follows.
+    if question:
+        return _("{name}{question} ({message})").format(name=name, question=question, message=failure.message)
     return f"{name}: {failure.message}"
 
 
@@ -672,14 +675,27 @@ def next_step(
         if not optional:
             return None
         required = optional[:1]
-    # The earliest lab known to be unfinished comes first; a lab nobody checked since the last edit
-    # is next only when nothing known is left (so a red in this run is never hidden behind it).
+    # A lab this run found unfinished comes first: the step speaks of what the learner just ran. Else
+    # the earliest lab known to be unfinished (an earlier run's record, a stub); a lab nobody checked
+    # since the last edit is next only when nothing known is left.
+    ran = [item for item in required if item[1] is not None and item[1].id == item[0].id]
     known = [item for item in required if item[2]]
-    lab, row, _known = (known or required)[0]
+    lab, row, _known = (ran or known or required)[0]
     if row is not None and row.status == BLOCKED and row.blocked_by:
-        if row.blocked_by in by_id and by_id[row.blocked_by].total:
-            row = by_id[row.blocked_by]
-        lab = next((info for info in labs if info.id == row.blocked_by or info.id == row.id), lab)
+        blocked_by = row.blocked_by
+        blocker = by_id.get(blocked_by)
+        red = blocker is not None and blocker.total > 0 and blocker.status != DONE
+        if red and blocker is not None:
+            row = blocker
+        # The blocker is named only when it is known to be unfinished: red in this run, recorded red, a
+        # stub of its own, or its code looping. Never a lab that is green, nor one nobody ran since the
+        # last edit that merely raised on what a later lab gave it: then the blocked lab itself is next.
+        failure = row.first_failure
+        stuck = failure is not None and (
+            failure.exc_type == "LearnerTimeout" or failure.exc_lab == blocked_by
+        )
+        if red or stuck or recorded.get(blocked_by, DONE) != DONE or blocked_by in (stubbed or set()):
+            lab = next((info for info in labs if info.id == blocked_by), lab)
     failure = row.first_failure if row is not None else None
     if row is not None and row.id != lab.id:  # the blocked lab's failure stands for its blocker's
         row = LabSummary(lab.id, lab.title, lab.optional, status=FAILING, first_failure=failure, total=1)

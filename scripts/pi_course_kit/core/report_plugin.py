@@ -86,6 +86,10 @@ class LearnerTimeout(BaseException):
     """A test ran past its time limit. A BaseException, so hypothesis does not catch it and replay the loop."""
 
 
+class RefusedRun(KeyboardInterrupt):
+    """Ends a run before it starts, its one line already written (pytest adds nothing to an interrupt then)."""
+
+
 @contextmanager
 def _refusing_os_exit() -> Iterator[None]:
     """Make os._exit raise instead of killing pytest before the report is written."""
@@ -206,12 +210,184 @@ _PYTEST_PHRASES = tuple(
 )
 
 
+#: pytest's and Hypothesis's words inside a failure's text (pytest.raises, truncation, a failing
+#: example): translated where they stand, after an `E   ` prefix and an exception's name.
+_FAILURE_PHRASES = tuple(
+    (re.compile("^" + re.sub(r"\\{(\w+)\\}", r"(?P<\1>.*)", re.escape(msgid)) + "$"), msgid)
+    for msgid in (
+        "DID NOT RAISE {exception}",
+        "Regex pattern did not match.",
+        "Regex pattern did not match{detail}.",
+        "Expected regex: {regex}",
+        "Actual message: {message}",
+        "Use -v to get more diff",
+        "...Full output truncated, use '-vv' to show",
+        "Failing test case: {case}",
+        "Falsifying example: {case}",
+        "Draw {number}: {value}",
+        "Timeout (>{limit}s) from pytest-timeout.",
+    )
+)
+_TRACEBACK_PLACE = re.compile(r"^(?P<where>\S+:\d+): in (?P<function>\S+)$")
+_LEADING = re.compile(r"^(?P<lead>(?:E\s+|>\s+|\s*)(?:[A-Za-z_][\w.]*: )?)(?P<rest>.*)$")
+
+
+def _translated(pattern: re.Pattern[str], msgid: str, text: str) -> str | None:
+    match = pattern.match(text)
+    if match is None:
+        return None
+    fields = match.groupdict()
+    if "index" in fields and fields["index"].isdigit() and not pi_course_i18n.speaks_english():
+        # pytest counts from 0; a Chinese ordinal (第 N 项) counts from 1.
+        fields["index"] = str(int(fields["index"]) + 1)
+    return _(msgid).format(**fields)
+
+
 def in_run_language(line: str) -> str:
     """One of pytest's explanation lines in the run's language (unchanged when the run speaks English)."""
+    if pi_course_i18n.speaks_english():
+        return line
     for pattern, msgid in _PYTEST_PHRASES:
-        if match := pattern.match(line):
-            return _(msgid).format(**match.groupdict())
+        if (found := _translated(pattern, msgid, line)) is not None:
+            return found
+    return failure_line(line)
+
+
+def failure_line(line: str) -> str:
+    """A line of a failure's text with pytest's and Hypothesis's own words in the run's language."""
+    if pi_course_i18n.speaks_english():
+        return line
+    if place := _TRACEBACK_PLACE.match(line):  # `tests/test_x.py:12: in test_y`, --tb=short's frame line
+        return _("{where}: in {function}").format(where=place["where"], function=place["function"])
+    parts = _LEADING.match(line)
+    if parts is None:
+        return line
+    lead, rest = parts["lead"], parts["rest"]
+    for pattern, msgid in (*_FAILURE_PHRASES, *_PYTEST_PHRASES):
+        if (found := _translated(pattern, msgid, rest.strip())) is not None:
+            return lead + rest[: len(rest) - len(rest.lstrip())] + found
     return line
+
+
+def failure_text(text: str) -> str:
+    """A whole failure's text (pytest's longrepr) line by line in the run's language."""
+    return "\n".join(failure_line(line) for line in text.split("\n"))
+
+
+#: pytest's section titles and closing counts, as its terminal writes them (between `=` rules).
+_SECTION_TITLES = {
+    "test session starts": "test session starts",
+    "FAILURES": "FAILURES",
+    "ERRORS": "ERRORS",
+    "short test summary info": "short test summary info",
+    "warnings summary": "warnings summary",
+    "PASSES": "PASSES",
+    "collection failures": "collection failures",
+    "KeyboardInterrupt": "KeyboardInterrupt",
+}
+#: The line pytest adds under an interrupted run.
+FULL_TRACE_HINT = "(to show a full traceback on KeyboardInterrupt use --full-trace)"
+_SECTION_PATTERNS = tuple(
+    (re.compile("^" + re.sub(r"\\{(\w+)\\}", r"(?P<\1>.*?)", re.escape(msgid)) + "$"), msgid)
+    for msgid in (
+        "stopping after {count} failures",
+        "Interrupted: {count} error during collection",
+        "Interrupted: {count} errors during collection",
+        "Captured {stream} {phase}",
+        "Captured log {phase}",
+        "{count} failed",
+        "{count} passed",
+        "{count} skipped",
+        "{count} deselected",
+        "{count} xfailed",
+        "{count} xpassed",
+        "{count} error",
+        "{count} errors",
+        "{count} warning",
+        "{count} warnings",
+        "no tests ran",
+    )
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_COUNT_WORDS = re.compile(
+    r"(?P<phrase>\d+ (?:failed|passed|skipped|deselected|xfailed|xpassed|errors?|warnings?)|no tests ran)"
+)
+_DURATION = re.compile(r" in (?P<seconds>\d[\d.]*s(?: \([\d:]+\))?)")
+_SHORT_SUMMARY = re.compile(r"^(?P<word>FAILED|ERROR|PASSED|SKIPPED|XFAIL|XPASS) (?P<rest>.*)$")
+_COLLECTED = re.compile(r"^collected (?P<count>\d+) items?(?P<rest>.*)$")
+
+
+def terminal_title(title: str) -> str:
+    """A title pytest's terminal writes between rules, in the run's language."""
+    if pi_course_i18n.speaks_english():
+        return title
+    plain = _ANSI.sub("", title).strip()
+    if plain in _SECTION_TITLES:
+        return _(_SECTION_TITLES[plain])
+    for pattern, msgid in _SECTION_PATTERNS[:5]:
+        if (found := _translated(pattern, msgid, plain)) is not None:
+            return found
+    if _COUNT_WORDS.search(title):  # the closing counts: `4 failed, 5 passed in 0.22s`, maybe coloured
+
+        def phrase(match: re.Match[str]) -> str:
+            for pattern, msgid in _SECTION_PATTERNS[5:]:
+                if (found := _translated(pattern, msgid, match["phrase"])) is not None:
+                    return found
+            return match["phrase"]
+
+        title = _COUNT_WORDS.sub(phrase, title).replace(", ", _(", "))
+        return _DURATION.sub(lambda m: _(" in {seconds}").format(seconds=m["seconds"]), title)
+    return title
+
+
+def terminal_line(line: str) -> str:
+    """A plain line of pytest's terminal (the short summary, the count of collected tests) in the run's language."""
+    if pi_course_i18n.speaks_english():
+        return line
+    plain = _ANSI.sub("", line)
+    if match := _SHORT_SUMMARY.match(plain):
+        return _(match["word"]) + " " + failure_line(match["rest"])
+    if match := _COLLECTED.match(plain):
+        rest = re.sub(
+            r"(\d+) (deselected|selected)", lambda m: _("{count} " + m[2]).format(count=m[1]), match["rest"]
+        )
+        return _("collected {count} items").format(count=match["count"]) + rest
+    return line
+
+
+def speak_the_run_language(terminal: Any) -> None:
+    """Make pytest's terminal write its own lines in the run's language (nothing changes in English).
+
+    pytest has no translations: its section titles, counts and short summary are rewritten as they are
+    written, and the header (platform, plugins, rootdir: pytest's facts, in English) is left out.
+    """
+    if pi_course_i18n.speaks_english() or terminal is None or getattr(terminal, "_pi_translated", False):
+        return
+    terminal._pi_translated = True
+    terminal.config.option.no_header = True
+    writer = terminal._tw
+    sep, write_line, rewrite, line_of = writer.sep, terminal.write_line, terminal.rewrite, writer.line
+
+    def translated_writer_line(text: str = "", **markup: bool) -> None:
+        if text == FULL_TRACE_HINT:
+            text = _(FULL_TRACE_HINT)
+        elif text.endswith(": KeyboardInterrupt"):  # where the Ctrl-C landed
+            text = text.removesuffix("KeyboardInterrupt") + _("KeyboardInterrupt")
+        line_of(text, **markup)
+
+    def translated_sep(sepchar: str, title: str | None = None, *args: Any, **kwargs: Any) -> None:
+        sep(sepchar, terminal_title(title) if title else title, *args, **kwargs)
+
+    def translated_line(line: str | bytes, **markup: bool) -> None:
+        write_line(terminal_line(line) if isinstance(line, str) else line, **markup)
+
+    def translated_rewrite(line: str, **markup: bool) -> None:
+        rewrite(terminal_line(line), **markup)
+
+    writer.sep = translated_sep
+    writer.line = translated_writer_line
+    terminal.write_line = translated_line
+    terminal.rewrite = translated_rewrite
 
 
 def readable_diff(text: str, limit: int = 3, width: int = 160) -> list[str]:
@@ -374,6 +550,52 @@ class ReportPlugin:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Refuse an `-m` that names no lab of this folder in one line that lists the labs.
+
+        pytest (with --strict-markers) would only refuse it after collecting, in English, and the report
+        would first have called the run "done"; without strict markers it would select nothing at all.
+        """
+        unknown = self._unknown_marks(str(self.config.getoption("markexpr", "") or ""))
+        if not unknown:
+            speak_the_run_language(self.config.pluginmanager.get_plugin("terminalreporter"))
+            return
+        labs = ", ".join(f"{lab.id} ({lab.marker})" for lab in self.labs)
+        example = next((lab.marker for lab in self.labs if not lab.inherited), "")
+        line = _("pytest: error: no lab {names} in this folder; its labs: {labs}").format(
+            names=", ".join(unknown), labs=labs or "-"
+        )
+        if example:
+            line += _("; run one with `python -m pytest -m {marker}`").format(marker=example)
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        # pytest's terminal would add its own lines about the stop (in English): this one line says it all.
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            self.config.pluginmanager.unregister(terminal)
+        raise RefusedRun
+
+    def _unknown_marks(self, expression: str) -> list[str]:
+        """The names of an `-m` expression that no marker of this run registers (lab ids where they look like one)."""
+        registered = {
+            str(line).split(":", 1)[0].split("(", 1)[0].strip() for line in self.config.getini("markers")
+        }
+        names = dict.fromkeys(re.findall(r"[A-Za-z_]\w*", expression))
+        unknown = [name for name in names if name not in registered and name not in {"and", "or", "not"}]
+        try:
+            strict = bool(
+                self.config.getoption("strict_markers", False) or self.config.getini("strict_markers")
+            )
+        except ValueError:  # an older pytest without the ini key
+            strict = bool(self.config.getoption("strict_markers", False))
+        if not strict:  # pytest selects nothing for an unknown name then; a lab's marker is still refused
+            unknown = [name for name in unknown if LAB_MARKER.match(name)]
+        return [
+            f"{match['major']}.{match['minor']} ({name})" if (match := LAB_MARKER.match(name)) else name
+            for name in unknown
+        ]
 
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
         """With `-m` naming only labs, pass over test modules that mark none of them.
@@ -645,7 +867,7 @@ class ReportPlugin:
                 error = call.excinfo.value
                 record.exc_type = type(error).__name__
                 record.exc_lab = stub_lab(error)
-                record.message = _first_line(str(error)) or record.exc_type
+                record.message = failure_line(_first_line(str(error))) or record.exc_type
                 if isinstance(error, SystemExit):
                     record.message = _(
                         "learner code called sys.exit({code}); a tool must return or raise, not end the process"
@@ -674,6 +896,9 @@ class ReportPlugin:
                     self._point_at_edit(item, record)
             self.records.append(record)
             self._emit_line(test_record(record))
+        if report.failed and report.longrepr is not None and not pi_course_i18n.speaks_english():
+            # pytest's and Hypothesis's words inside the failure (`DID NOT RAISE`, `Expected regex:`).
+            report.longrepr = failure_text(str(report.longrepr))
         return report
 
     def _point_at_edit(self, item: pytest.Item, record: TestRecord) -> None:
@@ -785,6 +1010,16 @@ class ReportPlugin:
             self._emit(
                 {"event": "summary", "labs": [], "next": None, "collect_errors": len(self.collect_errors)}
             )
+            return
+        if not self.labs:
+            # pytest.ini declares no lab (emptied, or replaced): nothing here can be called done.
+            write(
+                _(
+                    "no test that ran belongs to a lab: this folder's pytest.ini no longer declares them; "
+                    "`pi-course reset --kit` puts the kit's pytest.ini back (your code is not touched)"
+                )
+            )
+            self._emit({"event": "summary", "labs": [], "next": None, "collect_errors": 0})
             return
         rows = [row for row in summarise(self.labs, self.records, self.collected) if row.total]
         recorded = read_progress(self.root, PACKAGE)

@@ -132,6 +132,15 @@ def explain(folder: PracticeFolder, result: RunResult, elapsed: float) -> tuple[
         return before, after
     if result.crashed or result.collect_errors:
         return before, after
+    if not report.labs:
+        # Tests ran, but none was a lab's: the folder's pytest.ini no longer declares the labs. Never "done".
+        after.append(
+            _(
+                "no test that ran belongs to a lab: this folder's pytest.ini no longer declares them; "
+                "`pi-course reset --kit` puts the kit's pytest.ini back (your code is not touched)"
+            )
+        )
+        return before, after
     if any(row.collected > row.total for row in report.labs):
         after.append(
             _("the run stopped early (-x or --maxfail): the counts above are only the tests that ran")
@@ -238,7 +247,7 @@ def run_once(folder: PracticeFolder, args: list[str], verbose: bool, header: str
 
 def passed(result: RunResult) -> bool:
     """Did every selected required lab pass, with nothing broken?"""
-    if result.crashed or result.collect_errors or not result.tests:
+    if result.crashed or result.collect_errors or not result.tests or not result.report.labs:
         return False
     return all(row.status == records.DONE for row in result.report.labs if not row.optional)
 

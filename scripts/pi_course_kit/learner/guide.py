@@ -1,8 +1,9 @@
 """`pi-course watch`: the guided mode, one thing at a time (like rustlings' watch).
 
 It shows the current lab's first red and its hint command, re-runs that lab on every save, and moves
-on by itself when the lab turns green. Keys (or a line, when stdin is no terminal): h hint, l list,
-r reset the current lab, q quit.
+on by itself when the lab turns green. Keys (or a line, when stdin is no terminal): h the next hint,
+l the table of every lab, r reset the current lab to its stubs (asks for `y` first: it replaces the
+learner's code), q quit.
 """
 
 from __future__ import annotations
@@ -89,7 +90,11 @@ def show(folder: PracticeFolder, lab: CurrentLab | None, result: RunResult) -> N
             print(_("edit: {where}").format(where=short(folder, step.location)))
     print(_("hint: pi-course hint {lab}").format(lab=lab.id))
     print(
-        _("keys: h hint · l list · r reset this lab · q quit   (saving a file re-runs the lab)"), flush=True
+        _(
+            "keys: h hint · l list the labs · r reset this lab to its stubs (asks first) · q quit   "
+            "(saving a file re-runs the lab)"
+        ),
+        flush=True,
     )
 
 
@@ -125,14 +130,26 @@ def _saves(folder: PracticeFolder, poll: bool, events: queue.Queue[tuple[str, st
         events.put(("save", ""))
 
 
-def handle_key(folder: PracticeFolder, key: str, lab: CurrentLab | None) -> str:
-    """Do what one key asks: "quit", "rerun" (the lab's files changed: run it again) or "stay".
+#: The one key that confirms a reset; any other key keeps the learner's code.
+CONFIRM = "y"
 
+
+def handle_key(folder: PracticeFolder, key: str, lab: CurrentLab | None, armed: bool = False) -> str:
+    """Do what one key asks: "quit", "rerun" (the lab's files changed: run it again), "confirm" or "stay".
+
+    `r` replaces the learner's code with the lab's stubs, so it only asks ("confirm"); the key after it
+    (`armed`) resets on `y` and keeps the code on anything else.
     `folder` may have been opened long ago; every command run from here writes meta.json as a
     read-modify-write of the file as it is now (PracticeFolder.update), so nothing recorded since is lost.
     """
     from pi_course_kit.learner import hint, reset
 
+    if armed:
+        if key == CONFIRM and lab is not None:
+            _command("reset", reset, [lab.id])
+            return "rerun"
+        print(_("not reset: your code is unchanged"), flush=True)
+        return "stay"
     action = KEYS.get(key)
     if action == "quit":
         return "quit"
@@ -141,8 +158,14 @@ def handle_key(folder: PracticeFolder, key: str, lab: CurrentLab | None) -> str:
     elif action == "list":
         run_once(folder, ["--tb=no"], verbose=False)
     elif action == "reset" and lab is not None:
-        _command("reset", reset, [lab.id])
-        return "rerun"
+        print(
+            _(
+                "reset Lab {lab}? Its stubs replace your code in its functions (your version is backed up "
+                "in .pi-course/backups/). Press {key} to reset, any other key to keep your code"
+            ).format(lab=lab.id, key=CONFIRM),
+            flush=True,
+        )
+        return "confirm"
     return "stay"
 
 
@@ -166,16 +189,19 @@ def run(args: argparse.Namespace) -> int:
     threading.Thread(target=_keys, args=(events,), daemon=True).start()
     lab, result = current_lab(folder, labs)
     show(folder, lab, result)
+    armed = False  # the last key was `r`: this key confirms the reset or keeps the code
     try:
         while True:
             kind, key = events.get()
             if kind == "key":
-                action = handle_key(folder, key, lab)
+                action = handle_key(folder, key, lab, armed)
+                armed = action == "confirm"
                 if action == "quit":
                     print(_("stopped watching"), flush=True)
                     return 0
-                if action == "stay":
+                if action in ("stay", "confirm"):
                     continue
+            armed = False  # a save re-runs the lab: the question asked before it no longer stands
             kept: list[tuple[str, str]] = []
             with contextlib.suppress(queue.Empty):
                 while True:  # one re-run for a burst of saves; keys typed meanwhile still count

@@ -11,7 +11,7 @@ from typing import Any
 from pi_course_kit.core import records
 from pi_course_kit.core.folder import PracticeFolder, open_folder
 from pi_course_kit.core.i18n import _
-from pi_course_kit.core.manifest import Checkpoint, Course, Lab
+from pi_course_kit.core.manifest import Checkpoint, Course, Lab, ManifestError
 from pi_course_kit.core.records import FolderMeta
 
 
@@ -39,11 +39,17 @@ def syntax_error(folder: PracticeFolder, checkpoint: Checkpoint) -> tuple[str, i
 def choose_lab(folder: PracticeFolder, course: Course, checkpoint: Checkpoint, wanted: str | None) -> Lab:
     """The lab asked for; else the lab of a line that does not parse; else the earliest unfinished required lab."""
     if wanted is not None:  # `hint ""` names no lab: refuse it rather than guess one
-        # An earlier chapter's optional exercise travels with `--from` and still runs here when asked for.
-        for lab in checkpoint.tree_labs:
-            if lab.optional and lab.inherited and wanted in (lab.id, lab.marker):
+        # Every lab of the folder's table has its hints, the earlier chapters' labs (which the folder's
+        # tests still run) and an optional exercise that came along with `--from` too.
+        for lab in checkpoint.tree_labs or checkpoint.labs:
+            if wanted in (lab.id, lab.marker):
                 return lab
-        return checkpoint.lab(wanted)
+        listed = ", ".join(lab.id for lab in checkpoint.tree_labs or checkpoint.labs)
+        raise ManifestError(
+            _("unknown lab {lab!r} in checkpoint {checkpoint}; known labs: {known}").format(
+                lab=wanted, checkpoint=checkpoint.id, known=listed
+            )
+        )
     known = {lab.id: lab for lab in checkpoint.labs}
     broken = syntax_error(folder, checkpoint)
     if broken is not None:
@@ -75,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     total = len(hints)
 
     def seen_count(meta: FolderMeta) -> int:
-        return min(meta.hints.get(lab.id, 0), total)
+        # A count edited by hand (negative, or past the last hint) still means "from the first".
+        return max(min(meta.hints.get(lab.id, 0), total), 0)
 
     already = seen_count(folder.meta)
     if args.all:

@@ -10,6 +10,7 @@ the learner's version would lack what the chapter adds. Those files are listed a
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -72,6 +73,40 @@ def carried_and_replaced(
     return carried, replaced
 
 
+#: Where a `--from` folder keeps the learner's versions of the files the course supplied instead.
+REPLACED_DIR = "replaced"
+
+
+def keep_replaced(
+    source: Path, root: Path, package: str, shipped: dict[str, str], carried: list[str], own: list[str]
+) -> list[str]:
+    """Copy the learner's changed package files that `root` holds in another version to .pi-course/replaced/.
+
+    A file is the learner's when it is one of `own` (the parent's teaching files, and what their own
+    earlier `--from` carried), or its bytes differ from what their folder was shipped with (or it was not
+    shipped at all); it is replaced when the new folder has the same path with other bytes.
+    """
+    kept: list[str] = []
+    folder = source / package
+    for path in sorted(folder.rglob("*.py")) if folder.is_dir() else []:
+        relative = path.relative_to(source).as_posix()
+        target = root / relative
+        if relative in carried or path.is_symlink() or not target.is_file():
+            continue
+        try:
+            mine = path.read_bytes()
+        except OSError:
+            continue
+        unchanged = relative not in own and hashlib.sha256(mine).hexdigest() == shipped.get(relative)
+        if unchanged or target.read_bytes() == mine:
+            continue
+        backup = root / META_DIR / REPLACED_DIR / relative
+        backup.parent.mkdir(parents=True, exist_ok=True)
+        backup.write_bytes(mine)
+        kept.append(relative)
+    return kept
+
+
 def replaced_files(dest: Path) -> list[str]:
     """The learner's files that `create_from` took from the course instead (read back from meta.json)."""
     carried = open_folder(dest).meta.carried
@@ -119,6 +154,11 @@ def create_from(course: Course, checkpoint: Checkpoint, source: Path, dest: Path
             if source.is_file() and not source.is_symlink():
                 shutil.copyfile(source, root / relative)
                 carried.append(relative)
+        # Any other file of the learner's package that they changed (or added) and that the new folder
+        # holds in the course's version: listed, and their version kept under .pi-course/replaced/.
+        own = [*parent.teaching_files, *earlier]
+        kept = keep_replaced(folder.root, root, course.package, folder.meta.files, carried, own)
+        replaced = list(dict.fromkeys([*replaced, *kept]))
         # Hashed after the carry-over, so `status` counts the learner's own files as shipped, not changed.
         meta = meta_record(course, checkpoint, root)
         meta["from"] = {
@@ -159,6 +199,13 @@ def run(args: argparse.Namespace) -> int:
                 "this chapter changes {files}, so they come from the course, not from {source} "
                 "(your own versions stay there)"
             ).format(files=", ".join(replaced), source=args.source)
+        )
+    kept = [rel for rel in replaced if (dest / META_DIR / REPLACED_DIR / rel).is_file()]
+    if kept:
+        print(
+            _("your own versions of {files} are kept in {folder}/ (compare them with the new ones)").format(
+                files=", ".join(kept), folder=f"{META_DIR}/{REPLACED_DIR}"
+            )
         )
     # The parent's optional exercise, when the learner wrote it, came along and still runs by its marker.
     parent = parent_checkpoint(course, checkpoint)

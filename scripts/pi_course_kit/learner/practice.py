@@ -126,7 +126,11 @@ def check_destination(course: Course, dest: Path) -> Path:
                     "reference; choose a folder outside it, e.g. ~/pi-practice"
                 ).format(dest=dest, name=name)
             )
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+    if dest.exists() and not dest.is_dir():
+        raise KitError(
+            _("{dest} is a file, not a folder; name a new folder for the practice tree").format(dest=dest)
+        )
+    if dest.exists() and any(dest.iterdir()):
         raise KitError(
             _("{dest} already exists and is not empty; choose a new folder or empty this one first").format(
                 dest=dest

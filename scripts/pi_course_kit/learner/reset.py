@@ -332,7 +332,7 @@ def run(args: argparse.Namespace) -> int:
         print(_("restored the starter version of {files}").format(files=", ".join(new_text)))
     if restored_kit:
         print(_("put back the kit's files: {files}").format(files=", ".join(restored_kit)))
-    else:
+    if not args.all:
         print(
             _("restored the Lab {lab} stubs: {names}; your other labs are untouched").format(
                 lab=args.lab, names=", ".join(restored)
