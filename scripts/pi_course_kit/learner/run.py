@@ -133,6 +133,7 @@ def driver_messages() -> dict[str, str]:
         "crashed": _("your pi_course stopped with {error}; run `pi-course check` to find which lab"),
         "interrupted": _("interrupted{session}"),
         "session_kept": _("; the session is kept in {file}"),
+        "session_saved": _("session saved in {file}"),
         "ask": _("run {tool} {arguments}? [y/N]"),
         "denied": _("the user did not allow this call"),
         "bad_rpc": _('rpc mode reads one JSON object per line, e.g. {"prompt": "..."}'),
@@ -186,8 +187,10 @@ def run(args: argparse.Namespace) -> int:
     if needed not in features:
         bringer = first_with(course, own, needed)
         where = (
-            _("checkpoint {id} ({title}) brings it: `pi-course practice {id} DIR --from .`").format(
-                id=bringer.id, title=bringer.shown_title
+            _("checkpoint {id} ({title}) brings it: `pi-course practice {id} DIR{source}`").format(
+                id=bringer.id,
+                title=bringer.shown_title,
+                source=" --from ." if bringer.parent == checkpoint.id else "",
             )
             if bringer
             else _("no checkpoint of this course brings it")

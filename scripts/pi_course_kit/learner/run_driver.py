@@ -82,10 +82,10 @@ class Driver:
             line = self.say("not_found", model=model, url=url)
         elif status:
             line = self.say("http_status", status=status.group(1), url=url)
+        elif re.search(r"without a finish|incomplete|peer closed|disconnected", message, re.IGNORECASE):
+            line = self.say("dropped", url=url)
         elif re.search(r"connect|refused|unreachable|name or service", message, re.IGNORECASE):
             line = self.say("unreachable", url=url)
-        elif re.search(r"without a finish|incomplete|closed|peer|disconnect", message, re.IGNORECASE):
-            line = self.say("dropped", url=url)
         else:
             line = self.say("model_error", message=message.splitlines()[0] if message else "?")
         return Stop(line, EXIT_MODEL_ERROR)
@@ -105,22 +105,27 @@ class Driver:
         return self.pc.ToolRegistry([self.gated(tool) for tool in registry.list()])
 
     def gated(self, tool: Any) -> Any:
-        if self.config["yes"] or tool.name not in self.config["ask"]:
-            return tool
+        """The tool, asking first where CONFIG says so, with details a session file can carry."""
         execute = tool.execute
+        ask = not self.config["yes"] and tool.name in self.config["ask"]
 
-        async def ask_first(parameters: Any, context: Any) -> Any:
-            shown = json.dumps(parameters if isinstance(parameters, dict) else str(parameters), ensure_ascii=False)
-            question = self.say("ask", tool=tool.name, arguments=shown[:200])
-            print(question, end=" ", file=sys.stderr, flush=True)
-            answer = await read_line()
-            if answer.strip().lower() not in ("y", "yes"):
-                if not answer:
-                    print(file=sys.stderr)
-                raise PermissionError(self.say("denied"))
-            return await execute(parameters, context)
+        async def run_tool(parameters: Any, context: Any) -> Any:
+            if ask:
+                shown = json.dumps(
+                    parameters if isinstance(parameters, dict) else str(parameters), ensure_ascii=False
+                )
+                print(self.say("ask", tool=tool.name, arguments=shown[:200]), end=" ", file=sys.stderr, flush=True)
+                answer = await read_line()
+                if answer.strip().lower() not in ("y", "yes"):
+                    if not answer:
+                        print(file=sys.stderr)
+                    raise PermissionError(self.say("denied"))
+            output = await execute(parameters, context)
+            # 08's details are dataclasses with `to_dict`; a session entry holds plain JSON only.
+            to_dict = getattr(output.details, "to_dict", None)
+            return dataclasses.replace(output, details=to_dict()) if callable(to_dict) else output
 
-        return dataclasses.replace(tool, execute=ask_first)
+        return dataclasses.replace(tool, execute=run_tool)
 
     def on_loop_event(self, event: Any) -> None:
         """Show one event of the loop: streamed text, each tool call and its result's first line."""
@@ -250,7 +255,7 @@ class Driver:
         finally:
             await runtime.dispose()
         if self.text_mode:
-            self.show(self.say("session_kept", file=self.config["session_file"]))
+            self.show(self.say("session_saved", file=self.config["session_file"]))
 
     async def prompts(self, given: list[str] | None) -> AsyncIterator[str]:
         """The prompts of the command line, else one per line of stdin (rpc: one JSON request a line)."""

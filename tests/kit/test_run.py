@@ -1,0 +1,301 @@
+"""`pi-course run`: the learner's own pi_course as an agent, against a real HTTP server on 127.0.0.1.
+
+The server is the focused tests' own `tests/focused/sse_server.py` (a real asyncio HTTP server that
+streams each scripted reply in the chunks a test chooses, can hold or drop a connection, and records every
+request), run on an event loop of its own in a thread, since the learner's code runs in another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from learner_support import CLI, make_folder, snapshot, solve
+
+from pi_course_kit.core.manifest import Course
+
+KEY = "sk-test-7c1f9e-never-shown"
+FOCUSED = Path(__file__).resolve().parents[1] / "focused"
+
+
+def _load_sse() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("run_sse_server", FOCUSED / "sse_server.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+sse = _load_sse()
+
+
+@contextmanager
+def serving(*replies: Any) -> Iterator[Any]:
+    """The focused tests' SSE server on its own loop in a thread, for the block."""
+    ready: list[Any] = []
+    started = threading.Event()
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+
+    async def main() -> None:
+        async with sse.sse_server(*replies) as server:
+            ready.append(server)
+            started.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert started.wait(30), "the SSE server did not start"
+    try:
+        yield ready[0]
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+        loop.close()
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def tool_reply(number: int, name: str, arguments: dict[str, Any]) -> Any:
+    """A reply of one tool call whose arguments arrive in three pieces, the events cut across reads."""
+    text = json.dumps(arguments, ensure_ascii=False)
+    third = len(text) // 3
+    payloads: list[object] = [
+        chunk({"tool_calls": [{"index": 0, "id": f"call_{number}", "type": "function", "function": {"name": name}}]})
+    ]
+    for piece in (text[:third], text[third : 2 * third], text[2 * third :]):
+        payloads.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}))
+    payloads += [chunk({}, "tool_calls"), {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}]
+    payloads.append("[DONE]")
+    return sse.Reply(sse.split_in_half(payloads))
+
+
+def text_reply(text: str) -> Any:
+    half = len(text) // 2
+    payloads: list[object] = [chunk({"content": text[:half]}), chunk({"content": text[half:]}), chunk({}, "stop")]
+    return sse.Reply([sse.sse_event(p) for p in [*payloads, "[DONE]"]])
+
+
+def run_pi(folder: Path, args: Sequence[str], env: dict[str, str] | None = None, stdin: str = "") -> Any:
+    """`pi-course --lang en run ARGS` in `folder`, with no endpoint of the machine's own in the environment."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_") and k != "PYTHONPATH"}
+    return subprocess.run(
+        [*CLI, "--lang", "en", "run", *args],
+        cwd=folder,
+        env={**base, **(env or {})},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def live(server: Any) -> dict[str, str]:
+    return {
+        "OPENAI_COMPATIBLE_BASE_URL": server.url("/v1"),
+        "OPENAI_COMPATIBLE_MODEL": "test-model",
+        "OPENAI_COMPATIBLE_API_KEY": KEY,
+    }
+
+
+def solved(course: Course, checkpoint_id: str, dest: Path) -> Path:
+    """A practice folder whose pi_course is the checkpoint's solution (a learner who finished)."""
+    checkpoint = course.checkpoint(checkpoint_id)
+    folder = make_folder(course, checkpoint, dest)
+    solve(course, checkpoint, folder)
+    return folder
+
+
+def assert_one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("checkpoint_id", ["08", "13", "19"])
+def test_the_learners_code_reads_edits_and_runs_through_a_streaming_server(
+    real_course: Course, tmp_path: Path, checkpoint_id: str
+) -> None:
+    """Does the learner's own code drive read, edit and a command through a real SSE server, key kept secret?"""
+    folder = solved(real_course, checkpoint_id, tmp_path / "practice")
+    (folder / "workspace").mkdir()
+    (folder / "workspace" / "notes.py").write_text('print("draft")\n', encoding="utf-8")
+    kit_before = snapshot(folder / "pi_course") | snapshot(folder / "tests")
+    replies = [
+        tool_reply(1, "read", {"path": "notes.py"}),
+        tool_reply(2, "edit", {"path": "notes.py", "oldText": "draft", "newText": "最终版"}),
+        tool_reply(3, "bash", {"command": "python3 notes.py"}),
+        text_reply("改好了：notes.py 现在打印 最终版。"),
+    ]
+    with serving(*replies) as server:
+        done = run_pi(folder, ["--yes", "把 draft 改成 最终版 并运行"], env=live(server))
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert (folder / "workspace" / "notes.py").read_text(encoding="utf-8") == 'print("最终版")\n'
+    assert "改好了：notes.py 现在打印 最终版。" in done.stdout
+    assert len(requests) == 4
+    assert all(r.headers["authorization"] == f"Bearer {KEY}" for r in requests)
+    last = requests[-1].json()
+    assert last["model"] == "test-model" and {t["function"]["name"] for t in last["tools"]} >= {"read", "bash"}
+    tool_messages = [m for m in last["messages"] if m["role"] == "tool"]
+    assert [m["name"] for m in tool_messages] == ["read", "edit", "bash"]
+    assert "draft" in tool_messages[0]["content"] and "最终版" in tool_messages[2]["content"]
+    assert KEY not in done.stdout + done.stderr
+    assert snapshot(folder / "pi_course") | snapshot(folder / "tests") == kit_before
+    sessions = sorted((folder / ".pi-course" / "sessions").glob("*.jsonl"))
+    if checkpoint_id == "08":
+        assert sessions == []
+    else:
+        assert len(sessions) == 1
+        text = sessions[0].read_text(encoding="utf-8")
+        assert KEY not in text
+        entries = [json.loads(line) for line in text.splitlines()]
+        assert any(e.get("message", {}).get("role") == "toolResult" for e in entries)
+
+
+def test_a_chat_turn_at_05_streams_the_reply_configured_from_dotenv(real_course: Course, tmp_path: Path) -> None:
+    """At 05, is one streamed turn answered, with the endpoint, model and key taken from the folder's .env?"""
+    folder = solved(real_course, "05", tmp_path / "practice")
+    with serving(text_reply("你好，我是流式回复。")) as server:
+        (folder / ".env").write_text(
+            "\n".join(f"{k}={v}" for k, v in live(server).items()) + "\n", encoding="utf-8"
+        )
+        done = run_pi(folder, ["你好"])
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "你好，我是流式回复。"
+    assert len(requests) == 1 and "tools" not in requests[0].json()
+    assert requests[0].headers["authorization"] == f"Bearer {KEY}"
+    assert KEY not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (sse.Reply([b'{"error": "bad key"}'], status=401, content_type="application/json"), "refused the API key"),
+        (sse.Reply([b'{"error": "no such model"}'], status=404, content_type="application/json"), "no model"),
+        (None, "cannot reach"),
+    ],
+    ids=["401", "404", "refused"],
+)
+def test_a_failing_endpoint_is_one_line_to_act_on(
+    real_course: Course, tmp_path: Path, reply: Any, expected: str
+) -> None:
+    """Is a refused key, an unknown model or a wrong URL one line saying what to check, with no traceback?"""
+    folder = solved(real_course, "05", tmp_path / "practice")
+    with serving(*([reply] if reply else [])) as server:
+        env = live(server)
+        if reply is None:
+            env["OPENAI_COMPATIBLE_BASE_URL"] = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
+        done = run_pi(folder, ["hi"], env=env)
+    assert done.returncode == 1
+    line = assert_one_line(done.stderr)
+    assert expected in line and KEY not in done.stdout + done.stderr
+
+
+def test_a_dropped_stream_is_one_line(real_course: Course, tmp_path: Path) -> None:
+    """When the server drops the connection mid-reply, is that one line, with no traceback?"""
+    folder = solved(real_course, "05", tmp_path / "practice")
+    reply = sse.Reply([sse.sse_event(chunk({"content": "半句"})), sse.DROP])
+    with serving(reply) as server:
+        done = run_pi(folder, ["hi"], env=live(server))
+    assert done.returncode == 1
+    assert "closed the stream" in assert_one_line(done.stderr)
+
+
+def test_a_stub_lab_names_the_lab_and_its_test_command(real_course: Course, tmp_path: Path) -> None:
+    """At 09's starter, does run stop at the first stub with `Lab 9.2 not implemented` and its marker's command?"""
+    folder = make_folder(real_course, real_course.checkpoint("09"), tmp_path / "practice")
+    done = run_pi(folder, ["--yes"])
+    assert done.returncode == 3
+    line = done.stderr.splitlines()[-1]
+    assert "Lab 9.2 not implemented" in line and "python -m pytest -m lab9_2" in line
+    assert "Traceback" not in done.stderr
+
+
+def test_before_05_it_names_the_checkpoint_that_brings_a_model(real_course: Course, tmp_path: Path) -> None:
+    """At 04, does run say in one line what is missing and that checkpoint 05 brings it?"""
+    folder = make_folder(real_course, real_course.checkpoint("04"), tmp_path / "practice")
+    done = run_pi(folder, [])
+    assert done.returncode == 2
+    line = assert_one_line(done.stderr)
+    assert "checkpoint 05" in line and "pi-course practice 05 DIR --from ." in line
+
+
+def test_offline_by_default_the_recorded_session_runs_through_the_learners_code(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """With no endpoint, does run say it is offline and replay the recording through the learner's tools?"""
+    folder = solved(real_course, "08", tmp_path / "practice")
+    done = run_pi(folder, ["--yes"])
+    assert done.returncode == 0, done.stderr
+    assert "offline" in done.stderr and "OPENAI_COMPATIBLE_BASE_URL" in done.stderr
+    assert (folder / "workspace" / "greet.py").read_text(encoding="utf-8") == 'print("你好")\n'
+    assert "· bash" in done.stdout and "✓ 你好" in done.stdout
+
+
+def test_write_and_bash_ask_first_and_a_refusal_runs_nothing(real_course: Course, tmp_path: Path) -> None:
+    """Without --yes, do write and bash ask, and does an answer other than y keep them from running?"""
+    folder = solved(real_course, "08", tmp_path / "practice")
+    done = run_pi(folder, [], stdin="n\nn\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("[y/N]") == 2
+    assert not (folder / "workspace" / "greet.py").exists()
+    assert "the user did not allow this call" in done.stdout
+
+
+@pytest.mark.parametrize("place", ["pi_course", "tests", "."])
+def test_the_workspace_is_never_the_learners_code_or_tests(real_course: Course, tmp_path: Path, place: str) -> None:
+    """Is a workspace that would hold or be pi_course/ or tests/ refused in one line?"""
+    folder = solved(real_course, "08", tmp_path / "practice")
+    done = run_pi(folder, ["--yes", "--workspace", str(folder / place)])
+    assert done.returncode == 2
+    assert "--workspace" in assert_one_line(done.stderr)
+
+
+def test_ctrl_c_aborts_the_run_and_keeps_the_session_readable(real_course: Course, tmp_path: Path) -> None:
+    """At 13, does Ctrl-C during a streamed reply end in one line, exit 130 and a session file that parses?"""
+    folder = solved(real_course, "13", tmp_path / "practice")
+    held = sse.Reply([sse.sse_event(chunk({"content": "正在"})), sse.HOLD])
+    with serving(held) as server:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_")}
+        child = subprocess.Popen(
+            [*CLI, "--lang", "en", "run", "--yes", "hi"],
+            cwd=folder,
+            env={**base, **live(server)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for _ in range(600):
+            if server.requests:
+                break
+            time.sleep(0.1)
+        assert server.requests, "the learner's transport never reached the server"
+        time.sleep(0.5)  # let the first event arrive
+        os.killpg(child.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    assert "interrupted" in assert_one_line(err) and KEY not in out + err
+    for file in (folder / ".pi-course" / "sessions").glob("*.jsonl"):
+        for line in file.read_text(encoding="utf-8").splitlines():
+            json.loads(line)
