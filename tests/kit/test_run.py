@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 from learner_support import CLI, make_folder, snapshot, solve
-
 from pi_course_kit.core.manifest import Course
 
 KEY = "sk-test-7c1f9e-never-shown"
@@ -77,24 +76,39 @@ def tool_reply(number: int, name: str, arguments: dict[str, Any]) -> Any:
     text = json.dumps(arguments, ensure_ascii=False)
     third = len(text) // 3
     payloads: list[object] = [
-        chunk({"tool_calls": [{"index": 0, "id": f"call_{number}", "type": "function", "function": {"name": name}}]})
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": f"call_{number}", "type": "function", "function": {"name": name}}
+                ]
+            }
+        )
     ]
     for piece in (text[:third], text[third : 2 * third], text[2 * third :]):
         payloads.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}))
-    payloads += [chunk({}, "tool_calls"), {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}]
+    payloads += [
+        chunk({}, "tool_calls"),
+        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
+    ]
     payloads.append("[DONE]")
     return sse.Reply(sse.split_in_half(payloads))
 
 
 def text_reply(text: str) -> Any:
     half = len(text) // 2
-    payloads: list[object] = [chunk({"content": text[:half]}), chunk({"content": text[half:]}), chunk({}, "stop")]
+    payloads: list[object] = [
+        chunk({"content": text[:half]}),
+        chunk({"content": text[half:]}),
+        chunk({}, "stop"),
+    ]
     return sse.Reply([sse.sse_event(p) for p in [*payloads, "[DONE]"]])
 
 
 def run_pi(folder: Path, args: Sequence[str], env: dict[str, str] | None = None, stdin: str = "") -> Any:
     """`pi-course --lang en run ARGS` in `folder`, with no endpoint of the machine's own in the environment."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_") and k != "PYTHONPATH"}
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_") and k != "PYTHONPATH"
+    }
     return subprocess.run(
         [*CLI, "--lang", "en", "run", *args],
         cwd=folder,
@@ -153,7 +167,10 @@ def test_the_learners_code_reads_edits_and_runs_through_a_streaming_server(
     assert len(requests) == 4
     assert all(r.headers["authorization"] == f"Bearer {KEY}" for r in requests)
     last = requests[-1].json()
-    assert last["model"] == "test-model" and {t["function"]["name"] for t in last["tools"]} >= {"read", "bash"}
+    assert last["model"] == "test-model" and {t["function"]["name"] for t in last["tools"]} >= {
+        "read",
+        "bash",
+    }
     tool_messages = [m for m in last["messages"] if m["role"] == "tool"]
     assert [m["name"] for m in tool_messages] == ["read", "edit", "bash"]
     assert "draft" in tool_messages[0]["content"] and "最终版" in tool_messages[2]["content"]
@@ -170,7 +187,9 @@ def test_the_learners_code_reads_edits_and_runs_through_a_streaming_server(
         assert any(e.get("message", {}).get("role") == "toolResult" for e in entries)
 
 
-def test_a_chat_turn_at_05_streams_the_reply_configured_from_dotenv(real_course: Course, tmp_path: Path) -> None:
+def test_a_chat_turn_at_05_streams_the_reply_configured_from_dotenv(
+    real_course: Course, tmp_path: Path
+) -> None:
     """At 05, is one streamed turn answered, with the endpoint, model and key taken from the folder's .env?"""
     folder = solved(real_course, "05", tmp_path / "practice")
     with serving(text_reply("你好，我是流式回复。")) as server:
@@ -189,7 +208,10 @@ def test_a_chat_turn_at_05_streams_the_reply_configured_from_dotenv(real_course:
 @pytest.mark.parametrize(
     ("reply", "expected"),
     [
-        (sse.Reply([b'{"error": "bad key"}'], status=401, content_type="application/json"), "refused the API key"),
+        (
+            sse.Reply([b'{"error": "bad key"}'], status=401, content_type="application/json"),
+            "refused the API key",
+        ),
         (sse.Reply([b'{"error": "no such model"}'], status=404, content_type="application/json"), "no model"),
         (None, "cannot reach"),
     ],
@@ -262,7 +284,9 @@ def test_write_and_bash_ask_first_and_a_refusal_runs_nothing(real_course: Course
 
 
 @pytest.mark.parametrize("place", ["pi_course", "tests", "."])
-def test_the_workspace_is_never_the_learners_code_or_tests(real_course: Course, tmp_path: Path, place: str) -> None:
+def test_the_workspace_is_never_the_learners_code_or_tests(
+    real_course: Course, tmp_path: Path, place: str
+) -> None:
     """Is a workspace that would hold or be pi_course/ or tests/ refused in one line?"""
     folder = solved(real_course, "08", tmp_path / "practice")
     done = run_pi(folder, ["--yes", "--workspace", str(folder / place)])

@@ -46,7 +46,9 @@ FEATURES = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the prompt, the endpoint, the workspace and the mode."""
     parser.add_argument("prompt", nargs="*", help=_("what to ask (default: one prompt per line of input)"))
-    parser.add_argument("--base-url", help=_("the OpenAI-compatible base URL (default: ${env})").format(env=BASE_URL_ENV))
+    parser.add_argument(
+        "--base-url", help=_("the OpenAI-compatible base URL (default: ${env})").format(env=BASE_URL_ENV)
+    )
     parser.add_argument("--model", help=_("the model's name (default: ${env})").format(env=MODEL_ENV))
     parser.add_argument(
         "--api-key-env",
@@ -84,7 +86,11 @@ def run_table(course: Course) -> tuple[dict[str, Any], dict[str, tuple[str, ...]
         data = tomllib.load(handle)
     table = data.get("run")
     if not isinstance(table, dict):
-        raise KitError(_("{path} has no [run] table: this course does not say what `pi-course run` can do").format(path=course.path))
+        raise KitError(
+            _("{path} has no [run] table: this course does not say what `pi-course run` can do").format(
+                path=course.path
+            )
+        )
     own = {str(entry.get("id")): tuple(entry.get("run", ())) for entry in data.get("checkpoints", [])}
     return table, own
 
@@ -112,9 +118,9 @@ def workspace_for(folder: PracticeFolder, chosen: str | None, default: str) -> P
         place = place.resolve()
         if workspace == place or place.is_relative_to(workspace) or workspace.is_relative_to(place):
             raise KitError(
-                _("the workspace {path} would let the tools change {guarded}; choose another with --workspace").format(
-                    path=workspace, guarded=folder.relative(place)
-                )
+                _(
+                    "the workspace {path} would let the tools change {guarded}; choose another with --workspace"
+                ).format(path=workspace, guarded=folder.relative(place))
             )
     workspace.mkdir(parents=True, exist_ok=True)
     return workspace
@@ -124,8 +130,12 @@ def driver_messages() -> dict[str, str]:
     """Every line the driver may print, in the run's language (the driver has no catalog of its own)."""
     return {
         "stub": _("Lab {lab} not implemented: finish it first; `{command}` tests it"),
-        "refused_key": _("the server refused the API key (HTTP {status}): check {variable}, in the environment or .env"),
-        "not_found": _("the server knows no model {model!r} at {url} (HTTP 404): check --model or the base URL"),
+        "refused_key": _(
+            "the server refused the API key (HTTP {status}): check {variable}, in the environment or .env"
+        ),
+        "not_found": _(
+            "the server knows no model {model!r} at {url} (HTTP 404): check --model or the base URL"
+        ),
         "http_status": _("the server at {url} answered HTTP {status}: try again, or check the endpoint"),
         "unreachable": _("cannot reach {url}: check --base-url and that the server is running"),
         "dropped": _("the server at {url} closed the stream before the reply was complete: try again"),
@@ -155,12 +165,16 @@ def endpoint(
         model = setting(args.model, MODEL_ENV)
         key = os.environ.get(args.api_key_env) or dotenv.get(args.api_key_env, "")
         if not model:
-            raise KitError(_("no model named: set {env} (in the environment or .env) or pass --model").format(env=MODEL_ENV))
+            raise KitError(
+                _("no model named: set {env} (in the environment or .env) or pass --model").format(
+                    env=MODEL_ENV
+                )
+            )
         if not key:
             raise KitError(
-                _("no API key in {env}: set it in the environment or .env, or name another variable with --api-key-env").format(
-                    env=args.api_key_env
-                )
+                _(
+                    "no API key in {env}: set it in the environment or .env, or name another variable with --api-key-env"
+                ).format(env=args.api_key_env)
             )
         yield base_url, model, {args.api_key_env: key}
         return
@@ -196,7 +210,9 @@ def run(args: argparse.Namespace) -> int:
             else _("no checkpoint of this course brings it")
         )
         print(
-            _("`pi-course run{mode}` needs {what}, which checkpoint {here} does not have yet; {where}").format(
+            _(
+                "`pi-course run{mode}` needs {what}, which checkpoint {here} does not have yet; {where}"
+            ).format(
                 mode="" if args.mode == "text" else f" --mode {args.mode}",
                 what=_(FEATURES[needed]),
                 here=checkpoint.id,
@@ -252,4 +268,3 @@ def launch(root: Path, config: dict[str, Any], secret_env: dict[str, str]) -> in
             except KeyboardInterrupt:
                 # The terminal sent Ctrl-C to the driver too: it aborts the learner's run and says so.
                 continue
-

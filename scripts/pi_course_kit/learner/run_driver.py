@@ -114,7 +114,12 @@ class Driver:
                 shown = json.dumps(
                     parameters if isinstance(parameters, dict) else str(parameters), ensure_ascii=False
                 )
-                print(self.say("ask", tool=tool.name, arguments=shown[:200]), end=" ", file=sys.stderr, flush=True)
+                print(
+                    self.say("ask", tool=tool.name, arguments=shown[:200]),
+                    end=" ",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 answer = await read_line()
                 if answer.strip().lower() not in ("y", "yes"):
                     if not answer:
@@ -199,7 +204,9 @@ class Driver:
         messages: list[Any] = [system]
         agent = None
         if "agent" in self.features:
-            agent = self.pc.Agent(model=self.model_, tools=self.tools(), system_prompt=self.config["system_prompt"])
+            agent = self.pc.Agent(
+                model=self.model_, tools=self.tools(), system_prompt=self.config["system_prompt"]
+            )
             agent.subscribe(lambda event: self.on_loop_event(event.event) if event.type == "loop" else None)
             self.abort = agent.abort
         async for prompt in self.prompts(prompts):
@@ -242,7 +249,9 @@ class Driver:
                 now=lambda: time.time_ns() // 1_000_000,
             ),
         )
-        runtime.control.subscribe(lambda event: self.on_loop_event(event.event) if event.type == "loop" else None)
+        runtime.control.subscribe(
+            lambda event: self.on_loop_event(event.event) if event.type == "loop" else None
+        )
         self.abort = runtime.control.abort
         learner_mode = self.config["runtime_modes"][self.mode]
         try:
@@ -273,12 +282,12 @@ class Driver:
             if self.mode == "rpc":
                 try:
                     request = json.loads(line)
-                    prompt = request["prompt"] if isinstance(request, dict) else None
                 except ValueError:
-                    prompt = None
-                if not isinstance(prompt, str):
+                    request = None
+                asked = request.get("prompt") if isinstance(request, dict) else None
+                if not isinstance(asked, str):
                     raise Stop(self.say("bad_rpc"), 2)
-                yield prompt
+                yield asked
             elif line.strip():
                 yield line.rstrip("\n")
 
@@ -327,7 +336,9 @@ def main() -> int:
         text = f"{type(error).__name__}: {error}"
         if stub := STUB.search(str(error)):
             marker = config["markers"].get(stub.group(1), "")
-            line = config["messages"]["stub"].format(lab=stub.group(1), command=f"python -m pytest -m {marker}")
+            line = config["messages"]["stub"].format(
+                lab=stub.group(1), command=f"python -m pytest -m {marker}"
+            )
             print(line, file=sys.stderr, flush=True)
             return EXIT_STUB
         print(config["messages"]["crashed"].format(error=text.splitlines()[0]), file=sys.stderr, flush=True)

@@ -33,7 +33,10 @@ def sse(payload: object) -> bytes:
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
 
 
 def stream_events(reply: RecordedReply, number: int) -> list[bytes]:
@@ -44,9 +47,13 @@ def stream_events(reply: RecordedReply, number: int) -> list[bytes]:
             text = json.dumps(arguments, ensure_ascii=False)
             middle = len(text) // 2
             head = {"index": index, "id": f"call_{number}_{index}", "type": "function"}
-            events.append(sse(_chunk({"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]})))
+            events.append(
+                sse(_chunk({"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]}))
+            )
             for piece in (text[:middle], text[middle:]):
-                events.append(sse(_chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})))
+                events.append(
+                    sse(_chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+                )
         finish = "tool_calls"
     else:
         words = reply.text
@@ -56,7 +63,9 @@ def stream_events(reply: RecordedReply, number: int) -> list[bytes]:
                 events.append(sse(_chunk({"content": piece})))
         finish = "stop"
     events.append(sse(_chunk({}, finish)))
-    events.append(sse({"choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}))
+    events.append(
+        sse({"choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+    )
     events.append(sse("[DONE]"))
     return events
 
@@ -84,7 +93,7 @@ def _handler(server: ReplayServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             self.rfile.read(length)
             if not self.path.rstrip("/").endswith("/chat/completions"):
