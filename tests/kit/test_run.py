@@ -323,3 +323,24 @@ def test_ctrl_c_aborts_the_run_and_keeps_the_session_readable(real_course: Cours
     for file in (folder / ".pi-course" / "sessions").glob("*.jsonl"):
         for line in file.read_text(encoding="utf-8").splitlines():
             json.loads(line)
+
+
+def test_json_and_rpc_modes_write_the_learners_json_lines(real_course: Course, tmp_path: Path) -> None:
+    """At 13, does --mode json write one JSON line per prompt, and --mode rpc answer each request line?"""
+    folder = solved(real_course, "13", tmp_path / "practice")
+    with serving(text_reply("第一"), text_reply("第二"), text_reply("第三")) as server:
+        as_json = run_pi(folder, ["--mode", "json", "一"], env=live(server))
+        rpc = run_pi(
+            folder,
+            ["--mode", "rpc"],
+            env=live(server),
+            stdin='{"prompt": "二"}\n{"prompt": "三"}\nnot json\n',
+        )
+    assert as_json.returncode == 0, as_json.stderr
+    [line] = as_json.stdout.splitlines()
+    answer = json.loads(line)
+    assert answer["reason"] == "stop" and answer["messages"][-1]["content"][0]["text"] == "第一"
+    assert rpc.returncode == 2
+    answers = [json.loads(line) for line in rpc.stdout.splitlines()]
+    assert [a["messages"][-1]["content"][0]["text"] for a in answers] == ["第二", "第三"]
+    assert "rpc mode reads one JSON object per line" in assert_one_line(rpc.stderr)

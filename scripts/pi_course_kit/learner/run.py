@@ -60,7 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--workspace", help=_("the folder the coding tools work in (default: workspace/)"))
     parser.add_argument("--mode", choices=MODES, default="text", help=_("how answers are written"))
-    parser.add_argument("--yes", action="store_true", help=_("run write and bash without asking"))
+    parser.add_argument(
+        "--yes",
+        action="store_true",
+        help=_("run the tools that ask first (course.toml [run] ask) without asking"),
+    )
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
@@ -146,8 +150,13 @@ def driver_messages() -> dict[str, str]:
         "session_saved": _("session saved in {file}"),
         "ask": _("run {tool} {arguments}? [y/N]"),
         "denied": _("the user did not allow this call"),
-        "bad_rpc": _('rpc mode reads one JSON object per line, e.g. {"prompt": "..."}'),
+        "bad_rpc": _('rpc mode reads one JSON object per line, e.g. {{"prompt": "..."}}'),
     }
+
+
+def offline_kind(features: Sequence[str]) -> str:
+    """Which recording an offline run plays: the coding session where there are tools, else the chat."""
+    return "coding" if "tools" in features else "chat"
 
 
 @contextmanager
@@ -178,7 +187,7 @@ def endpoint(
             )
         yield base_url, model, {args.api_key_env: key}
         return
-    recording = table.get("offline_coding" if "tools" in features else "offline_chat", [])
+    recording = table.get(f"offline_{offline_kind(features)}", [])
     with run_server.replaying(list(run_server.recorded_replies(recording))) as server:
         print(
             _(
@@ -230,7 +239,13 @@ def run(args: argparse.Namespace) -> int:
         session_file = str(sessions / f"session-{stamp}.jsonl")
     with endpoint(args, folder, table, features) as (base_url, model, secret_env):
         offline = model == "recorded" and secret_env.get(args.api_key_env) == "offline"
-        prompts = list(args.prompt) or ([str(table.get("offline_prompt", ""))] if offline else None)
+        # rpc reads its requests from stdin; otherwise offline with no prompt asks the recorded one.
+        recorded = offline and args.mode != "rpc" and not args.prompt
+        prompts = (
+            [str(table.get(f"offline_{offline_kind(features)}_prompt", ""))]
+            if recorded
+            else (list(args.prompt) or None)
+        )
         config = {
             "package": course.package,
             "folder": str(folder.root),
@@ -243,6 +258,7 @@ def run(args: argparse.Namespace) -> int:
             "yes": bool(args.yes),
             "system_prompt": str(table.get("system_prompt", "")),
             "prompts": prompts,
+            "show_prompts": recorded,
             "mode": args.mode,
             "runtime_modes": dict(table.get("runtime_modes", {})),
             "session_file": session_file,

@@ -270,6 +270,8 @@ class Driver:
         """The prompts of the command line, else one per line of stdin (rpc: one JSON request a line)."""
         if given is not None:
             for prompt in given:
+                if self.config["show_prompts"]:
+                    self.show(f"> {prompt}")
                 yield prompt
             return
         while True:
