@@ -344,3 +344,31 @@ def test_json_and_rpc_modes_write_the_learners_json_lines(real_course: Course, t
     answers = [json.loads(line) for line in rpc.stdout.splitlines()]
     assert [a["messages"][-1]["content"][0]["text"] for a in answers] == ["第二", "第三"]
     assert "rpc mode reads one JSON object per line" in assert_one_line(rpc.stderr)
+
+
+def test_resume_goes_on_with_the_saved_session(real_course: Course, tmp_path: Path) -> None:
+    """At 13, does --resume FILE send the saved turn again as context and append the new one to the same file?"""
+    folder = solved(real_course, "13", tmp_path / "practice")
+    with serving(text_reply("记住了：蓝色。"), text_reply("你说的是蓝色。")) as server:
+        first = run_pi(folder, ["我喜欢蓝色"], env=live(server))
+        [file] = (folder / ".pi-course" / "sessions").glob("*.jsonl")
+        saved = file.read_text(encoding="utf-8")
+        second = run_pi(folder, ["--resume", str(file), "我喜欢什么颜色？"], env=live(server))
+        requests = list(server.requests)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    sent = [m["content"] for m in requests[1].json()["messages"] if m["role"] in ("user", "assistant")]
+    assert sent == ["我喜欢蓝色", "记住了：蓝色。", "我喜欢什么颜色？"]
+    grown = file.read_text(encoding="utf-8")
+    assert grown.startswith(saved) and len(grown.splitlines()) == len(saved.splitlines()) + 2
+    assert list((folder / ".pi-course" / "sessions").glob("*.jsonl")) == [file]
+
+
+def test_resume_refuses_a_file_that_is_not_a_session(real_course: Course, tmp_path: Path) -> None:
+    """Is a --resume file that is not a session one line, leaving the file as it was?"""
+    folder = solved(real_course, "13", tmp_path / "practice")
+    bogus = folder / "notes.jsonl"
+    bogus.write_text('{"not": "an entry"}\n', encoding="utf-8")
+    done = run_pi(folder, ["--resume", str(bogus), "hi"])
+    assert done.returncode == 2
+    assert "cannot be resumed" in assert_one_line(done.stderr.split("\n", 1)[1])
+    assert bogus.read_text(encoding="utf-8") == '{"not": "an entry"}\n'

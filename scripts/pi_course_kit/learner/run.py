@@ -61,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", help=_("the folder the coding tools work in (default: workspace/)"))
     parser.add_argument("--mode", choices=MODES, default="text", help=_("how answers are written"))
     parser.add_argument(
+        "--resume",
+        metavar="FILE",
+        help=_("go on with a session file an earlier run saved (from the Runtime on)"),
+    )
+    parser.add_argument(
         "--yes",
         action="store_true",
         help=_("run the tools that ask first (course.toml [run] ask) without asking"),
@@ -150,8 +155,30 @@ def driver_messages() -> dict[str, str]:
         "session_saved": _("session saved in {file}"),
         "ask": _("run {tool} {arguments}? [y/N]"),
         "denied": _("the user did not allow this call"),
+        "bad_session": _("the session file {file} cannot be resumed: {error}"),
         "bad_rpc": _('rpc mode reads one JSON object per line, e.g. {{"prompt": "..."}}'),
     }
+
+
+def session_for(folder: PracticeFolder, features: Sequence[str], resume: str | None) -> str | None:
+    """The Runtime's session file: the one `--resume` names, else a new one under .pi-course/sessions."""
+    if "runtime" not in features:
+        if resume:
+            raise KitError(
+                _("--resume needs the Runtime's session file, which this checkpoint does not have yet")
+            )
+        return None
+    if resume:
+        file = Path(resume).expanduser().resolve()
+        if not file.is_file():
+            raise KitError(
+                _("no session file {file}: name one that an earlier `pi-course run` saved").format(file=file)
+            )
+        return str(file)
+    sessions = folder.root / META_DIR / "sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    return str(sessions / f"session-{stamp}.jsonl")
 
 
 def offline_kind(features: Sequence[str]) -> str:
@@ -231,12 +258,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     workspace = workspace_for(folder, args.workspace, str(table.get("workspace", "workspace")))
-    session_file = None
-    if "runtime" in features:
-        sessions = folder.root / META_DIR / "sessions"
-        sessions.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-        session_file = str(sessions / f"session-{stamp}.jsonl")
+    session_file = session_for(folder, features, args.resume)
     with endpoint(args, folder, table, features) as (base_url, model, secret_env):
         offline = model == "recorded" and secret_env.get(args.api_key_env) == "offline"
         # rpc reads its requests from stdin; otherwise offline with no prompt asks the recorded one.
@@ -262,6 +284,7 @@ def run(args: argparse.Namespace) -> int:
             "mode": args.mode,
             "runtime_modes": dict(table.get("runtime_modes", {})),
             "session_file": session_file,
+            "resume": bool(args.resume),
             "markers": {lab.id: lab.marker for lab in checkpoint.tree_labs},
             "messages": driver_messages(),
         }

@@ -234,12 +234,18 @@ class Driver:
     async def with_runtime(self, prompts: list[str] | None) -> None:
         """13: the learner's Runtime over a JSONL session file; `run_mode` writes each answer."""
         pc = self.pc
-        store = await pc.JsonlSessionStore.open(self.config["session_file"])
+        try:
+            store = await pc.JsonlSessionStore.open(self.config["session_file"])
+            entries = await store.entries()
+        except ValueError as error:
+            raise Stop(self.say("bad_session", file=self.config["session_file"], error=error), 2) from None
+        # Resuming is choosing the branch that ends at the file's last entry; a new file has none.
+        leaf = entries[-1].id if entries and self.config["resume"] else None
         budget = pc.ContextBudget(
             total=128_000, reserved_output=8_000, safety_margin=2_000, estimate_tokens=estimate_tokens
         )
         runtime = await pc.create_runtime(
-            pc.RuntimeConfig(active_leaf_id=None, context=budget, system_prompt=self.config["system_prompt"]),
+            pc.RuntimeConfig(active_leaf_id=leaf, context=budget, system_prompt=self.config["system_prompt"]),
             pc.RuntimeDeps(
                 model=self.model_,
                 tools=self.tools(),
