@@ -121,9 +121,9 @@ class Driver:
                     flush=True,
                 )
                 answer = await read_line()
+                if not sys.stdin.isatty():
+                    print(answer.strip(), file=sys.stderr)  # a terminal has echoed the answer already
                 if answer.strip().lower() not in ("y", "yes"):
-                    if not answer:
-                        print(file=sys.stderr)
                     raise PermissionError(self.say("denied"))
             output = await execute(parameters, context)
             # 08's details are dataclasses with `to_dict`; a session entry holds plain JSON only.
