@@ -252,6 +252,19 @@ def test_a_stub_lab_names_the_lab_and_its_test_command(real_course: Course, tmp_
     assert "Traceback" not in done.stderr
 
 
+def test_a_stub_inside_a_tool_stops_the_run_at_that_lab(real_course: Course, tmp_path: Path) -> None:
+    """When the write tool's lab is a stub again, does the run stop there with that lab's line, not go on?"""
+    folder = solved(real_course, "08", tmp_path / "practice")
+    reset = subprocess.run(
+        [*CLI, "--lang", "en", "reset", "8.3"], cwd=folder, capture_output=True, text=True, timeout=120
+    )
+    assert reset.returncode == 0, reset.stderr
+    done = run_pi(folder, ["--yes"])
+    assert done.returncode == 3
+    assert done.stderr.splitlines()[-1].startswith("Lab 8.3 not implemented")
+    assert "· read" not in done.stdout  # the model was not asked again after the stub
+
+
 def test_before_05_it_names_the_checkpoint_that_brings_a_model(real_course: Course, tmp_path: Path) -> None:
     """At 04, does run say in one line what is missing and that checkpoint 05 brings it?"""
     folder = make_folder(real_course, real_course.checkpoint("04"), tmp_path / "practice")
@@ -294,9 +307,12 @@ def test_the_workspace_is_never_the_learners_code_or_tests(
     assert "--workspace" in assert_one_line(done.stderr)
 
 
-def test_ctrl_c_aborts_the_run_and_keeps_the_session_readable(real_course: Course, tmp_path: Path) -> None:
-    """At 13, does Ctrl-C during a streamed reply end in one line, exit 130 and a session file that parses?"""
-    folder = solved(real_course, "13", tmp_path / "practice")
+@pytest.mark.parametrize("checkpoint_id", ["09", "13"])
+def test_ctrl_c_aborts_the_run_and_keeps_the_session_readable(
+    real_course: Course, tmp_path: Path, checkpoint_id: str
+) -> None:
+    """At 09 and 13, does Ctrl-C during a streamed reply end in one line, exit 130, a session that parses?"""
+    folder = solved(real_course, checkpoint_id, tmp_path / "practice")
     held = sse.Reply([sse.sse_event(chunk({"content": "正在"})), sse.HOLD])
     with serving(held) as server:
         base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_")}
@@ -320,9 +336,12 @@ def test_ctrl_c_aborts_the_run_and_keeps_the_session_readable(real_course: Cours
         out, err = child.communicate(timeout=60)
     assert child.returncode == 130, err
     assert "interrupted" in assert_one_line(err) and KEY not in out + err
-    for file in (folder / ".pi-course" / "sessions").glob("*.jsonl"):
-        for line in file.read_text(encoding="utf-8").splitlines():
-            json.loads(line)
+    files = list((folder / ".pi-course" / "sessions").glob("*.jsonl"))
+    assert len(files) == (1 if checkpoint_id == "13" else 0)
+    for file in files:
+        entries = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines()]
+        assert [e["message"]["role"] for e in entries if e["type"] == "message"][-2:] == ["user", "assistant"]
+        assert entries[-1]["message"]["stopReason"] == "aborted"
 
 
 def test_json_and_rpc_modes_write_the_learners_json_lines(real_course: Course, tmp_path: Path) -> None:
