@@ -143,9 +143,11 @@ def assert_one_line(stderr: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("checkpoint_id", ["08", "13", "19"])
+@pytest.mark.parametrize(
+    ("checkpoint_id", "durable"), [("08", []), ("13", []), ("19", []), ("19", ["--durable"])]
+)
 def test_the_learners_code_reads_edits_and_runs_through_a_streaming_server(
-    real_course: Course, tmp_path: Path, checkpoint_id: str
+    real_course: Course, tmp_path: Path, checkpoint_id: str, durable: list[str]
 ) -> None:
     """Does the learner's own code drive read, edit and a command through a real SSE server, key kept secret?"""
     folder = solved(real_course, checkpoint_id, tmp_path / "practice")
@@ -159,7 +161,7 @@ def test_the_learners_code_reads_edits_and_runs_through_a_streaming_server(
         text_reply("改好了：notes.py 现在打印 最终版。"),
     ]
     with serving(*replies) as server:
-        done = run_pi(folder, ["--yes", "把 draft 改成 最终版 并运行"], env=live(server))
+        done = run_pi(folder, [*durable, "--yes", "把 draft 改成 最终版 并运行"], env=live(server))
         requests = list(server.requests)
     assert done.returncode == 0, done.stderr
     assert (folder / "workspace" / "notes.py").read_text(encoding="utf-8") == 'print("最终版")\n'
@@ -176,11 +178,18 @@ def test_the_learners_code_reads_edits_and_runs_through_a_streaming_server(
     assert "draft" in tool_messages[0]["content"] and "最终版" in tool_messages[2]["content"]
     assert KEY not in done.stdout + done.stderr
     assert snapshot(folder / "pi_course") | snapshot(folder / "tests") == kit_before
-    sessions = sorted((folder / ".pi-course" / "sessions").glob("*.jsonl"))
+    sessions = sorted((folder / ".pi-course" / "sessions").glob("*.json*"))
     if checkpoint_id == "08":
         assert sessions == []
+    elif durable:
+        [file] = sessions
+        store = json.loads(file.read_text(encoding="utf-8"))
+        assert KEY not in json.dumps(store, ensure_ascii=False)
+        assert {task["status"] for task in store["tasks"].values()} == {"completed"}
+        roles = [entry["entry"]["message"]["role"] for entry in store["entries"].values()]
+        assert roles.count("toolResult") == 3
     else:
-        assert len(sessions) == 1
+        assert len(sessions) == 1 and sessions[0].suffix == ".jsonl"
         text = sessions[0].read_text(encoding="utf-8")
         assert KEY not in text
         entries = [json.loads(line) for line in text.splitlines()]
@@ -391,3 +400,39 @@ def test_resume_refuses_a_file_that_is_not_a_session(real_course: Course, tmp_pa
     assert done.returncode == 2
     assert "cannot be resumed" in assert_one_line(done.stderr.split("\n", 1)[1])
     assert bogus.read_text(encoding="utf-8") == '{"not": "an entry"}\n'
+
+
+def test_a_durable_run_cut_by_ctrl_c_goes_on_with_resume(real_course: Course, tmp_path: Path) -> None:
+    """At 19 with --durable, after Ctrl-C mid-reply, does --resume run the interrupted request again and finish?"""
+    folder = solved(real_course, "19", tmp_path / "practice")
+    held = sse.Reply([sse.sse_event(chunk({"content": "一半"})), sse.HOLD])
+    with serving(held, text_reply("完整的回答。")) as server:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_")}
+        child = subprocess.Popen(
+            [*CLI, "--lang", "en", "run", "--durable", "hi"],
+            cwd=folder,
+            env={**base, **live(server)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for _ in range(600):
+            if server.requests:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        os.killpg(child.pid, signal.SIGINT)
+        _out, err = child.communicate(timeout=60)
+        assert child.returncode == 130, err
+        [file] = (folder / ".pi-course" / "sessions").glob("durable-*.json")
+        store = json.loads(file.read_text(encoding="utf-8"))
+        assert [task["status"] for task in store["tasks"].values()] == ["running"]
+        resumed = run_pi(folder, ["--durable", "--resume", str(file)], env=live(server), stdin="")
+        requests = list(server.requests)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "完整的回答。" in resumed.stdout
+    assert len(requests) == 2 and requests[1].json()["messages"][-1] == {"role": "user", "content": "hi"}
+    store = json.loads(file.read_text(encoding="utf-8"))
+    assert [task["status"] for task in store["tasks"].values()] == ["completed"]

@@ -66,6 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=_("go on with a session file an earlier run saved (from the Runtime on)"),
     )
     parser.add_argument(
+        "--durable",
+        action="store_true",
+        help=_("commit every step to a file before showing it, so --resume goes on after a crash"),
+    )
+    parser.add_argument(
         "--yes",
         action="store_true",
         help=_("run the tools that ask first (course.toml [run] ask) without asking"),
@@ -160,16 +165,19 @@ def driver_messages() -> dict[str, str]:
     }
 
 
-def session_for(folder: PracticeFolder, features: Sequence[str], resume: str | None) -> str | None:
-    """The Runtime's session file: the one `--resume` names, else a new one under .pi-course/sessions."""
+def session_for(folder: PracticeFolder, features: Sequence[str], args: argparse.Namespace) -> str | None:
+    """The run's session file (the Runtime's JSONL, or with --durable the harness's store): the one
+    `--resume` names, else a new one under .pi-course/sessions."""
+    if args.durable and "durable" not in features:
+        raise KitError(_("--durable needs the durable harness, which this checkpoint does not have yet"))
     if "runtime" not in features:
-        if resume:
+        if args.resume:
             raise KitError(
                 _("--resume needs the Runtime's session file, which this checkpoint does not have yet")
             )
         return None
-    if resume:
-        file = Path(resume).expanduser().resolve()
+    if args.resume:
+        file = Path(args.resume).expanduser().resolve()
         if not file.is_file():
             raise KitError(
                 _("no session file {file}: name one that an earlier `pi-course run` saved").format(file=file)
@@ -178,7 +186,7 @@ def session_for(folder: PracticeFolder, features: Sequence[str], resume: str | N
     sessions = folder.root / META_DIR / "sessions"
     sessions.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    return str(sessions / f"session-{stamp}.jsonl")
+    return str(sessions / (f"durable-{stamp}.json" if args.durable else f"session-{stamp}.jsonl"))
 
 
 def offline_kind(features: Sequence[str]) -> str:
@@ -258,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     workspace = workspace_for(folder, args.workspace, str(table.get("workspace", "workspace")))
-    session_file = session_for(folder, features, args.resume)
+    session_file = session_for(folder, features, args)
     with endpoint(args, folder, table, features) as (base_url, model, secret_env):
         offline = model == "recorded" and secret_env.get(args.api_key_env) == "offline"
         # rpc reads its requests from stdin; otherwise offline with no prompt asks the recorded one.
@@ -285,6 +293,8 @@ def run(args: argparse.Namespace) -> int:
             "runtime_modes": dict(table.get("runtime_modes", {})),
             "session_file": session_file,
             "resume": bool(args.resume),
+            "durable": bool(args.durable),
+            "replay_safe": list(table.get("replay_safe", ())),
             "markers": {lab.id: lab.marker for lab in checkpoint.tree_labs},
             "messages": driver_messages(),
         }

@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 #: How a learner's unfinished piece announces itself (pi_course's `LabNotImplemented`).
@@ -197,6 +198,9 @@ class Driver:
                 main_task.cancel()
 
         asyncio.get_running_loop().add_signal_handler(signal.SIGINT, on_interrupt)
+        if self.config["durable"]:
+            await self.with_durable(prompts)
+            return
         if "runtime" in self.features:
             await self.with_runtime(prompts)
             return
@@ -230,6 +234,69 @@ class Driver:
                 controller = self.pc.AbortController()
                 self.abort = controller.abort
                 await self.chat(messages, prompt, controller)
+
+    async def with_durable(self, prompts: list[str] | None) -> None:
+        """19: the durable harness; the store is written to the run's file after every commit, so a
+        crash or Ctrl-C leaves a file that `--resume` goes on from (an interrupted task first)."""
+        pc, file = self.pc, self.config["session_file"]
+        store = pc.DurableStore()
+        if self.config["resume"]:
+            try:
+                data = json.loads(Path(file).read_text(encoding="utf-8"))
+                snapshot = pc.DurableSnapshot(seq=data["seq"], entries=data["entries"], tasks=data["tasks"])
+                store = pc.DurableStore.from_snapshot(snapshot)
+            except (ValueError, KeyError, TypeError) as error:
+                raise Stop(self.say("bad_session", file=file, error=error), 2) from None
+        store.on_commit(lambda seq, writes: write_atomically(file, store.snapshot().to_dict()))
+        # 19's harness parses a call's arguments, then hands the parsed value to 06's executor, which
+        # parses again: fine for a dict schema, not for 08's edit, whose parse makes a dataclass.
+        tools = [
+            pc.DurableToolRegistration(
+                tool=tool, replay="safe" if tool.name in self.config["replay_safe"] else None
+            )
+            for tool in map(parsed_once, self.tools().list())
+        ]
+        harness = await pc.DurableHarness.open(
+            store=store, model=self.model_, create_id=lambda: uuid.uuid4().hex, tools=tools
+        )
+        controller = pc.AbortController()
+        self.abort = controller.abort
+        shown = len(harness.messages(CONVERSATION))
+
+        async def go_on() -> None:
+            nonlocal shown
+            self.running = True
+            await harness.run(signal=controller.signal)
+            messages = harness.messages(CONVERSATION)
+            for message in messages[shown:]:
+                self.show_message(message)
+            shown = len(messages)
+            if self.stub is not None:
+                raise self.stub_stop(self.stub)
+            if controller.signal.aborted:
+                raise Stop(
+                    self.say("interrupted", session=self.say("session_kept", file=file)), EXIT_INTERRUPTED
+                )
+            last = messages[-1] if messages else None
+            self.check_result(_Ended(reason=getattr(last, "stop_reason", "stop"), messages=messages))
+
+        await go_on()  # first what an interrupted run left pending
+        async for prompt in self.prompts(prompts):
+            await harness.prompt(CONVERSATION, prompt)
+            await go_on()
+        if self.text_mode:
+            self.show(self.say("session_saved", file=file))
+
+    def show_message(self, message: Any) -> None:
+        """Show one committed message of the durable conversation (its calls, results and text)."""
+        if message.role == "assistant":
+            for block in message.content:
+                if getattr(block, "type", "") == "toolCall":
+                    self.on_loop_event(_Event("tool_start", call=block))
+            if self.pc.text_of(message):
+                self.show(self.pc.text_of(message))
+        elif message.role == "toolResult":
+            self.on_loop_event(_Event("tool_end", result=message))
 
     async def with_runtime(self, prompts: list[str] | None) -> None:
         """13: the learner's Runtime over a JSONL session file; `run_mode` writes each answer."""
@@ -298,6 +365,53 @@ class Driver:
                 yield asked
             elif line.strip():
                 yield line.rstrip("\n")
+
+
+CONVERSATION = "run"
+
+
+class _Event:
+    """A loop-like event made from a committed durable message, for `on_loop_event`."""
+
+    def __init__(self, type: str, **fields: Any) -> None:
+        self.type = type
+        self.__dict__.update(fields)
+
+
+class _Ended:
+    """How a durable prompt ended, shaped like a run's result for `check_result`."""
+
+    def __init__(self, reason: str, messages: list[Any]) -> None:
+        self.reason = "stop" if reason in ("toolUse", "length") else reason
+        self.messages = messages
+
+
+class _ParsedOnce:
+    """A schema that lets a value its inner schema already parsed (a dataclass) through unchanged."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.json_schema = getattr(inner, "json_schema", None)
+
+    def parse(self, value: object) -> Any:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return value
+        return self.inner.parse(value)
+
+
+def parsed_once(tool: Any) -> Any:
+    """The tool with a schema that accepts its own parsed parameters again."""
+    return dataclasses.replace(tool, schema=_ParsedOnce(tool.schema))
+
+
+def write_atomically(file: str, value: object) -> None:
+    """Replace `file` with `value` as JSON in one rename: a crash leaves the old store or the new one."""
+    temporary = f"{file}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(value, handle, ensure_ascii=False)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, file)
 
 
 async def read_line() -> str:
