@@ -196,6 +196,19 @@ def test_the_learners_code_reads_edits_and_runs_through_a_streaming_server(
         assert any(e.get("message", {}).get("role") == "toolResult" for e in entries)
 
 
+def test_the_bash_tool_never_sees_the_key(real_course: Course, tmp_path: Path) -> None:
+    """Can a command the model runs read the API key from its environment (it must not)?"""
+    folder = solved(real_course, "09", tmp_path / "practice")
+    replies = [tool_reply(1, "bash", {"command": "env; echo done"}), text_reply("看过了。")]
+    with serving(*replies) as server:
+        done = run_pi(folder, ["--yes", "看看环境变量"], env=live(server))
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    [result] = [m for m in requests[1].json()["messages"] if m["role"] == "tool"]
+    assert "done" in result["content"] and "PATH=" in result["content"]
+    assert KEY not in result["content"] and KEY not in done.stdout + done.stderr
+
+
 def test_a_chat_turn_at_05_streams_the_reply_configured_from_dotenv(
     real_course: Course, tmp_path: Path
 ) -> None:

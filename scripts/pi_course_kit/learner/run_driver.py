@@ -94,7 +94,8 @@ class Driver:
     # -- the pieces the checkpoint has ----------------------------------------------------------------
 
     def model(self) -> Any:
-        key = os.environ.get(self.config["api_key_env"], "")
+        # Taken out of the environment: the bash tool's commands (and so the model) must not see it.
+        key = os.environ.pop(self.config["api_key_env"], "")
         transport = self.pc.create_openai_compatible_transport(base_url=self.config["base_url"], api_key=key)
         return self.pc.create_openai_compatible_model(
             provider="openai-compatible", model=self.config["model"], transport=transport
