@@ -449,3 +449,16 @@ def test_a_durable_run_cut_by_ctrl_c_goes_on_with_resume(real_course: Course, tm
     assert len(requests) == 2 and requests[1].json()["messages"][-1] == {"role": "user", "content": "hi"}
     store = json.loads(file.read_text(encoding="utf-8"))
     assert [task["status"] for task in store["tasks"].values()] == ["completed"]
+
+
+def test_rpc_mode_without_yes_runs_no_write(real_course: Course, tmp_path: Path) -> None:
+    """In rpc mode stdin carries requests: without --yes, is a write refused (not asked) and the file untouched?"""
+    folder = solved(real_course, "13", tmp_path / "practice")
+    replies = [tool_reply(1, "write", {"path": "x.txt", "content": "x"}), text_reply("没写。")]
+    with serving(*replies) as server:
+        done = run_pi(folder, ["--mode", "rpc"], env=live(server), stdin='{"prompt": "写 x.txt"}\n')
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert not (folder / "workspace" / "x.txt").exists()
+    [result] = [m for m in requests[1].json()["messages"] if m["role"] == "tool"]
+    assert "rpc mode cannot ask" in result["content"]

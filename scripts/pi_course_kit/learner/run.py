@@ -160,6 +160,7 @@ def driver_messages() -> dict[str, str]:
         "session_saved": _("session saved in {file}"),
         "ask": _("run {tool} {arguments}? [y/N]"),
         "denied": _("the user did not allow this call"),
+        "denied_rpc": _("not run: rpc mode cannot ask before a call; pass --yes to allow it"),
         "bad_session": _("the session file {file} cannot be resumed: {error}"),
         "bad_rpc": _('rpc mode reads one JSON object per line, e.g. {{"prompt": "..."}}'),
     }

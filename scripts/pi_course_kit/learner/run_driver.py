@@ -112,6 +112,8 @@ class Driver:
         ask = not self.config["yes"] and tool.name in self.config["ask"]
 
         async def run_tool(parameters: Any, context: Any) -> Any:
+            if ask and self.mode == "rpc":
+                raise PermissionError(self.say("denied_rpc"))  # stdin carries the requests, not answers
             if ask:
                 shown = json.dumps(
                     parameters if isinstance(parameters, dict) else str(parameters), ensure_ascii=False
