@@ -312,9 +312,18 @@ def launch(root: Path, config: dict[str, Any], secret_env: dict[str, str]) -> in
         config_file.write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
         # -P: the driver's own folder is not put on sys.path; the driver puts the practice folder first.
         child = subprocess.Popen([sys.executable, "-P", str(DRIVER), str(config_file)], cwd=root, env=env)
+        interrupts = 0
         while True:
             try:
-                return child.wait()
+                code = child.wait()
             except KeyboardInterrupt:
-                # The terminal sent Ctrl-C to the driver too: it aborts the learner's run and says so.
+                # The terminal sent Ctrl-C to the driver too: it aborts the learner's run and says so. A
+                # third one stops a driver that cannot hear it (learner code spinning without awaiting).
+                interrupts += 1
+                if interrupts >= 3:
+                    child.kill()
                 continue
+            if code < 0:  # killed: the driver could not say so itself
+                print(_("interrupted{session}").format(session=""), file=sys.stderr)
+                return 130
+            return code
