@@ -462,3 +462,38 @@ def test_rpc_mode_without_yes_runs_no_write(real_course: Course, tmp_path: Path)
     assert not (folder / "workspace" / "x.txt").exists()
     [result] = [m for m in requests[1].json()["messages"] if m["role"] == "tool"]
     assert "rpc mode cannot ask" in result["content"]
+
+
+def test_ctrl_c_three_times_stops_learner_code_that_never_awaits(real_course: Course, tmp_path: Path) -> None:
+    """When the learner's code spins without awaiting, does a third Ctrl-C end the run in one line, exit 130?"""
+    folder = solved(real_course, "05", tmp_path / "practice")
+    adapter = folder / "pi_course" / "provider_adapter.py"
+    source = adapter.read_text(encoding="utf-8")
+    spin = "    # BEGIN LAB 5.1\n    result: list[ProviderWireMessage] = []\n"
+    assert source.count(spin) == 1
+    marker = tmp_path / "spinning"
+    spinning = f"    open({str(marker)!r}, 'w').close()\n    while True:\n        pass\n"
+    adapter.write_text(source.replace(spin, spin + spinning), encoding="utf-8")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_")}
+    child = subprocess.Popen(
+        [*CLI, "--lang", "en", "run", "hi"],
+        cwd=folder,
+        env=base,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    for _ in range(600):
+        if marker.exists():
+            break
+        time.sleep(0.1)
+    assert marker.exists(), "the driver never reached the learner's spinning code"
+    for _ in range(3):
+        time.sleep(0.5)
+        os.killpg(child.pid, signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130
+    offline, *rest = err.splitlines()
+    assert offline.startswith("offline:") and rest == ["interrupted"] and "Traceback" not in out
