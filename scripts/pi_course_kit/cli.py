@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hint": ("learner.hint", "show the next hint for a lab"),
     "reset": ("learner.reset", "restore a lab's stubs, keeping a backup of your version"),
     "status": ("learner.status", "show where you stand in this practice folder"),
+    "run": ("learner.run", "run your own pi_course as an agent against a model (offline by default)"),
     "build-labs": ("instructor.build_labs", "regenerate every starter in labs/ from solutions/"),
     "diff": ("instructor.diff", "diff the teaching files: starter or a practice folder against the solution"),
     "diagnose": (

@@ -17,6 +17,8 @@ from typing import Any
 
 #: A reply part that sends nothing more and waits until the client closes the connection.
 HOLD = object()
+#: A reply part that closes the connection at once, without the body's last chunk (a dropped stream).
+DROP = object()
 
 
 @dataclass
@@ -105,6 +107,8 @@ async def _answer(server: SSEServer, reader: asyncio.StreamReader, writer: async
                 while await reader.read(1024):
                     pass
                 server.client_hung_up.set()
+                return
+            if part is DROP:
                 return
             assert isinstance(part, bytes)
             if part:

@@ -1,0 +1,475 @@
+"""The driver of `pi-course run`: composes the learner's own package into an agent and runs it.
+
+This file is run as a script by the practice folder's interpreter (`python -P run_driver.py CONFIG`), with
+the folder first on `sys.path`: it imports the learner's package and nothing of the kit, since the kit
+process never imports a course package. It uses only what its checkpoint has, as the kit tells it in
+CONFIG (a JSON file): `features` is the lineage's list from course.toml ("chat", "tools", "agent",
+"runtime"). Every line a learner reads comes translated in CONFIG's `messages`; the API key is read from
+the environment variable CONFIG names and goes nowhere but the learner's transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+#: How a learner's unfinished piece announces itself (pi_course's `LabNotImplemented`).
+STUB = re.compile(r"Lab (\S+?) not implemented")
+HTTP_STATUS = re.compile(r"\bHTTP (\d{3})\b")
+
+EXIT_MODEL_ERROR = 1
+EXIT_STUB = 3
+EXIT_INTERRUPTED = 130
+
+
+class Stop(Exception):
+    """End the run with one line for the learner and an exit code."""
+
+    def __init__(self, line: str, code: int) -> None:
+        super().__init__(line)
+        self.line = line
+        self.code = code
+
+
+class Driver:
+    """One run: the configuration, the learner's package, and how its events are shown."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.pc: Any = importlib.import_module(config["package"])
+        self.features: set[str] = set(config["features"])
+        self.mode: str = config["mode"]
+        self.text_mode = self.mode == "text"
+        self.stub: str | None = None  # a lab whose stub a tool result reported
+        self.abort: Callable[[], None] = lambda: None
+        self.running = False  # a prompt is being answered (Ctrl-C aborts it, else ends the run)
+        self.model_: Any = None
+
+    # -- lines --------------------------------------------------------------------------------------
+
+    def say(self, key: str, **values: object) -> str:
+        line: str = self.config["messages"][key].format(**values)
+        return line
+
+    def show(self, value: str, end: str = "\n") -> None:
+        """Progress for a person: stdout in text mode, stderr where stdout carries JSON lines."""
+        print(value, end=end, file=sys.stdout if self.text_mode else sys.stderr, flush=True)
+
+    def stub_stop(self, lab: str) -> Stop:
+        marker = self.config["markers"].get(lab, "lab" + lab.replace(".", "_"))
+        return Stop(self.say("stub", lab=lab, command=f"python -m pytest -m {marker}"), EXIT_STUB)
+
+    def failure(self, message: str) -> Stop:
+        """One actionable line for a failed model request (the learner's transport wrote `message`)."""
+        if stub := STUB.search(message):
+            return self.stub_stop(stub.group(1))
+        url, model = self.config["base_url"], self.config["model"]
+        status = HTTP_STATUS.search(message)
+        if status and status.group(1) in ("401", "403"):
+            line = self.say("refused_key", status=status.group(1), variable=self.config["api_key_env"])
+        elif status and status.group(1) == "404":
+            line = self.say("not_found", model=model, url=url)
+        elif status:
+            line = self.say("http_status", status=status.group(1), url=url)
+        elif re.search(r"without a finish|incomplete|peer closed|disconnected", message, re.IGNORECASE):
+            line = self.say("dropped", url=url)
+        elif re.search(r"connect|refused|unreachable|name or service", message, re.IGNORECASE):
+            line = self.say("unreachable", url=url)
+        else:
+            line = self.say("model_error", message=message.splitlines()[0] if message else "?")
+        return Stop(line, EXIT_MODEL_ERROR)
+
+    # -- the pieces the checkpoint has ----------------------------------------------------------------
+
+    def model(self) -> Any:
+        # Taken out of the environment: the bash tool's commands (and so the model) must not see it.
+        key = os.environ.pop(self.config["api_key_env"], "")
+        transport = self.pc.create_openai_compatible_transport(base_url=self.config["base_url"], api_key=key)
+        return self.pc.create_openai_compatible_model(
+            provider="openai-compatible", model=self.config["model"], transport=transport
+        )
+
+    def tools(self) -> Any:
+        """The coding tools in the workspace; the ones CONFIG's `ask` names ask before they run."""
+        registry = self.pc.create_coding_tools(cwd=self.config["workspace"], containment="workspace")
+        return self.pc.ToolRegistry([self.gated(tool) for tool in registry.list()])
+
+    def gated(self, tool: Any) -> Any:
+        """The tool, asking first where CONFIG says so, with details a session file can carry."""
+        execute = tool.execute
+        ask = not self.config["yes"] and tool.name in self.config["ask"]
+
+        async def run_tool(parameters: Any, context: Any) -> Any:
+            if ask and self.mode == "rpc":
+                raise PermissionError(self.say("denied_rpc"))  # stdin carries the requests, not answers
+            if ask:
+                shown = json.dumps(
+                    parameters if isinstance(parameters, dict) else str(parameters), ensure_ascii=False
+                )
+                print(
+                    self.say("ask", tool=tool.name, arguments=shown[:200]),
+                    end=" ",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                answer = await read_line()
+                if not sys.stdin.isatty():
+                    print(answer.strip(), file=sys.stderr)  # a terminal has echoed the answer already
+                if answer.strip().lower() not in ("y", "yes"):
+                    raise PermissionError(self.say("denied"))
+            output = await execute(parameters, context)
+            # 08's details are dataclasses with `to_dict`; a session entry holds plain JSON only.
+            to_dict = getattr(output.details, "to_dict", None)
+            return dataclasses.replace(output, details=to_dict()) if callable(to_dict) else output
+
+        return dataclasses.replace(tool, execute=run_tool)
+
+    def on_loop_event(self, event: Any) -> None:
+        """Show one event of the loop: streamed text, each tool call and its result's first line."""
+        kind = getattr(event, "type", "")
+        if kind == "model_event" and getattr(event.event, "type", "") == "text_delta":
+            if self.text_mode and "runtime" not in self.features:
+                self.show(event.event.delta, end="")
+        elif kind == "assistant_message" and self.text_mode and "runtime" not in self.features:
+            if self.pc.text_of(event.message):
+                self.show("")
+        elif kind == "tool_start":
+            shown = json.dumps(event.call.arguments, ensure_ascii=False)
+            self.show(f"· {event.call.name} {shown[:160]}")
+        elif kind in ("tool_end", "tool_skipped"):
+            result = self.pc.text_of(event.result)
+            if stub := STUB.search(result):
+                self.stub = stub.group(1)
+                self.abort()  # a stub tool cannot do the task: stop asking the model
+            first = (result.strip().splitlines() or [""])[0]
+            self.show(f"  {'✗' if event.result.is_error else '✓'} {first[:160]}")
+
+    # -- one prompt, by feature -----------------------------------------------------------------------
+
+    def check_result(self, result: Any) -> None:
+        if self.stub is not None:
+            raise self.stub_stop(self.stub)
+        if result.reason == "aborted":
+            raise Stop(self.say("interrupted", session=self.session_note()), EXIT_INTERRUPTED)
+        if result.reason == "error":
+            last = result.messages[-1] if result.messages else None
+            raise self.failure(getattr(last, "error_message", None) or "")
+
+    async def chat(self, messages: list[Any], prompt: str, controller: Any) -> None:
+        """05: one streamed turn of the provider adapter, no tools."""
+        messages.append(self.pc.user_message(prompt))
+        stream = self.model_.stream(self.pc.AgentContext(messages=list(messages)), signal=controller.signal)
+        async for event in stream:
+            if getattr(event, "type", "") == "text_delta":
+                self.show(event.delta, end="")
+        final = await stream.result()
+        self.show("")
+        if final.stop_reason == "aborted":
+            raise Stop(self.say("interrupted", session=self.session_note()), EXIT_INTERRUPTED)
+        if final.stop_reason == "error":
+            raise self.failure(final.error_message or "")
+        messages.append(final)
+
+    def session_note(self) -> str:
+        file = self.config.get("session_file")
+        return self.say("session_kept", file=file) if file and "runtime" in self.features else ""
+
+    async def main(self, prompts: list[str] | None) -> None:
+        self.model_ = self.model()
+        main_task = asyncio.current_task()
+        assert main_task is not None
+
+        def on_interrupt() -> None:
+            # The first Ctrl-C aborts the answer in progress through the learner's own signal; one
+            # while no answer runs (or a second one) ends the run.
+            if self.running:
+                self.running = False
+                self.abort()
+            else:
+                main_task.cancel()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, on_interrupt)
+        if self.config["durable"]:
+            await self.with_durable(prompts)
+            return
+        if "runtime" in self.features:
+            await self.with_runtime(prompts)
+            return
+        system = self.pc.SystemMessage(content=self.config["system_prompt"], timestamp=0)
+        messages: list[Any] = [system]
+        agent = None
+        if "agent" in self.features:
+            agent = self.pc.Agent(
+                model=self.model_, tools=self.tools(), system_prompt=self.config["system_prompt"]
+            )
+            agent.subscribe(lambda event: self.on_loop_event(event.event) if event.type == "loop" else None)
+            self.abort = agent.abort
+        async for prompt in self.prompts(prompts):
+            self.running = True
+            if agent is not None:
+                self.check_result(await agent.prompt(prompt))
+            elif "tools" in self.features:
+                controller = self.pc.AbortController()
+                self.abort = controller.abort
+                messages.append(self.pc.user_message(prompt))
+                result = await self.pc.run_agent_loop(
+                    model=self.model_,
+                    tools=self.tools(),
+                    context=self.pc.AgentContext(messages=messages),
+                    signal=controller.signal,
+                    on_event=self.on_loop_event,
+                )
+                self.check_result(result)
+                messages = result.messages
+            else:
+                controller = self.pc.AbortController()
+                self.abort = controller.abort
+                await self.chat(messages, prompt, controller)
+
+    async def with_durable(self, prompts: list[str] | None) -> None:
+        """19: the durable harness; the store is written to the run's file after every commit, so a
+        crash or Ctrl-C leaves a file that `--resume` goes on from (an interrupted task first)."""
+        pc, file = self.pc, self.config["session_file"]
+        store = pc.DurableStore()
+        if self.config["resume"]:
+            try:
+                data = json.loads(Path(file).read_text(encoding="utf-8"))
+                snapshot = pc.DurableSnapshot(seq=data["seq"], entries=data["entries"], tasks=data["tasks"])
+                store = pc.DurableStore.from_snapshot(snapshot)
+            except (ValueError, KeyError, TypeError) as error:
+                raise Stop(self.say("bad_session", file=file, error=error), 2) from None
+        store.on_commit(lambda seq, writes: write_atomically(file, store.snapshot().to_dict()))
+        # 19's harness parses a call's arguments, then hands the parsed value to 06's executor, which
+        # parses again: fine for a dict schema, not for 08's edit, whose parse makes a dataclass.
+        tools = [
+            pc.DurableToolRegistration(
+                tool=tool, replay="safe" if tool.name in self.config["replay_safe"] else None
+            )
+            for tool in map(parsed_once, self.tools().list())
+        ]
+        harness = await pc.DurableHarness.open(
+            store=store, model=self.model_, create_id=lambda: uuid.uuid4().hex, tools=tools
+        )
+        controller = pc.AbortController()
+        self.abort = controller.abort
+        shown = len(harness.messages(CONVERSATION))
+
+        async def go_on() -> None:
+            nonlocal shown
+            self.running = True
+            await harness.run(signal=controller.signal)
+            messages = harness.messages(CONVERSATION)
+            for message in messages[shown:]:
+                self.show_message(message)
+            shown = len(messages)
+            if self.stub is not None:
+                raise self.stub_stop(self.stub)
+            if controller.signal.aborted:
+                raise Stop(
+                    self.say("interrupted", session=self.say("session_kept", file=file)), EXIT_INTERRUPTED
+                )
+            last = messages[-1] if messages else None
+            self.check_result(_Ended(reason=getattr(last, "stop_reason", "stop"), messages=messages))
+
+        await go_on()  # first what an interrupted run left pending
+        async for prompt in self.prompts(prompts):
+            await harness.prompt(CONVERSATION, prompt)
+            await go_on()
+        if self.text_mode:
+            self.show(self.say("session_saved", file=file))
+
+    def show_message(self, message: Any) -> None:
+        """Show one committed message of the durable conversation (its calls, results and text)."""
+        if message.role == "assistant":
+            for block in message.content:
+                if getattr(block, "type", "") == "toolCall":
+                    self.on_loop_event(_Event("tool_start", call=block))
+            if self.pc.text_of(message):
+                self.show(self.pc.text_of(message))
+        elif message.role == "toolResult":
+            self.on_loop_event(_Event("tool_end", result=message))
+
+    async def with_runtime(self, prompts: list[str] | None) -> None:
+        """13: the learner's Runtime over a JSONL session file; `run_mode` writes each answer."""
+        pc = self.pc
+        try:
+            store = await pc.JsonlSessionStore.open(self.config["session_file"])
+            entries = await store.entries()
+        except ValueError as error:
+            raise Stop(self.say("bad_session", file=self.config["session_file"], error=error), 2) from None
+        # Resuming is choosing the branch that ends at the file's last entry; a new file has none.
+        leaf = entries[-1].id if entries and self.config["resume"] else None
+        budget = pc.ContextBudget(
+            total=128_000, reserved_output=8_000, safety_margin=2_000, estimate_tokens=estimate_tokens
+        )
+        runtime = await pc.create_runtime(
+            pc.RuntimeConfig(active_leaf_id=leaf, context=budget, system_prompt=self.config["system_prompt"]),
+            pc.RuntimeDeps(
+                model=self.model_,
+                tools=self.tools(),
+                session=store,
+                resources=pc.ResourceCatalog(resources=[], instructions=[], skills=[], templates=[]),
+                create_id=lambda: uuid.uuid4().hex,
+                now=lambda: time.time_ns() // 1_000_000,
+            ),
+        )
+        runtime.control.subscribe(
+            lambda event: self.on_loop_event(event.event) if event.type == "loop" else None
+        )
+        self.abort = runtime.control.abort
+        learner_mode = self.config["runtime_modes"][self.mode]
+        try:
+            async for prompt in self.prompts(prompts):
+                self.running = True
+                result = await pc.run_mode(runtime, learner_mode, prompt, Output())
+                if self.text_mode:
+                    print(flush=True)
+                self.check_result(result)
+        finally:
+            await runtime.dispose()
+        if self.text_mode:
+            self.show(self.say("session_saved", file=self.config["session_file"]))
+
+    async def prompts(self, given: list[str] | None) -> AsyncIterator[str]:
+        """The prompts of the command line, else one per line of stdin (rpc: one JSON request a line)."""
+        if given is not None:
+            for prompt in given:
+                if self.config["show_prompts"]:
+                    self.show(f"> {prompt}")
+                yield prompt
+            return
+        while True:
+            if self.text_mode and sys.stdin.isatty():
+                print("> ", end="", flush=True)
+            self.running = False
+            line = await read_line()
+            if not line:
+                return
+            if self.mode == "rpc":
+                try:
+                    request = json.loads(line)
+                except ValueError:
+                    request = None
+                asked = request.get("prompt") if isinstance(request, dict) else None
+                if not isinstance(asked, str):
+                    raise Stop(self.say("bad_rpc"), 2)
+                yield asked
+            elif line.strip():
+                yield line.rstrip("\n")
+
+
+CONVERSATION = "run"
+
+
+class _Event:
+    """A loop-like event made from a committed durable message, for `on_loop_event`."""
+
+    def __init__(self, type: str, **fields: Any) -> None:
+        self.type = type
+        self.__dict__.update(fields)
+
+
+class _Ended:
+    """How a durable prompt ended, shaped like a run's result for `check_result`."""
+
+    def __init__(self, reason: str, messages: list[Any]) -> None:
+        self.reason = "stop" if reason in ("toolUse", "length") else reason
+        self.messages = messages
+
+
+class _ParsedOnce:
+    """A schema that lets a value its inner schema already parsed (a dataclass) through unchanged."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.json_schema = getattr(inner, "json_schema", None)
+
+    def parse(self, value: object) -> Any:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return value
+        return self.inner.parse(value)
+
+
+def parsed_once(tool: Any) -> Any:
+    """The tool with a schema that accepts its own parsed parameters again."""
+    return dataclasses.replace(tool, schema=_ParsedOnce(tool.schema))
+
+
+def write_atomically(file: str, value: object) -> None:
+    """Replace `file` with `value` as JSON in one rename: a crash leaves the old store or the new one."""
+    temporary = f"{file}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(value, handle, ensure_ascii=False)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, file)
+
+
+async def read_line() -> str:
+    """One line of stdin ("" at its end), read in a daemon thread so that Ctrl-C is heard meanwhile."""
+    loop = asyncio.get_running_loop()
+    line: asyncio.Future[str] = loop.create_future()
+
+    def read() -> None:
+        value = sys.stdin.readline()
+        loop.call_soon_threadsafe(lambda: None if line.done() else line.set_result(value))
+
+    threading.Thread(target=read, daemon=True).start()
+    return await line
+
+
+class Output:
+    """`run_mode`'s sink: stdout, flushed at once."""
+
+    def write(self, value: str) -> None:
+        sys.stdout.write(value)
+        sys.stdout.flush()
+
+
+def estimate_tokens(value: Any) -> float:
+    """About four characters a token: enough for a budget check, no tokenizer needed."""
+    text = value if isinstance(value, str) else json.dumps(value.to_dict(), ensure_ascii=False, default=str)
+    return len(text) / 4 + 1
+
+
+def main() -> int:
+    with open(sys.argv[1], encoding="utf-8") as handle:
+        config = json.load(handle)
+    sys.path.insert(0, config["folder"])
+    try:
+        driver = Driver(config)
+        asyncio.run(driver.main(config["prompts"]))
+    except Stop as stop:
+        print(stop.line, file=sys.stderr, flush=True)
+        return stop.code
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print(config["messages"]["interrupted"].format(session=""), file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    except Exception as error:  # the learner's code failed: one line, never a traceback
+        text = f"{type(error).__name__}: {error}"
+        if stub := STUB.search(str(error)):
+            marker = config["markers"].get(stub.group(1), "")
+            line = config["messages"]["stub"].format(
+                lab=stub.group(1), command=f"python -m pytest -m {marker}"
+            )
+            print(line, file=sys.stderr, flush=True)
+            return EXIT_STUB
+        print(config["messages"]["crashed"].format(error=text.splitlines()[0]), file=sys.stderr, flush=True)
+        return EXIT_MODEL_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,499 @@
+"""`pi-course run`: the learner's own pi_course as an agent, against a real HTTP server on 127.0.0.1.
+
+The server is the focused tests' own `tests/focused/sse_server.py` (a real asyncio HTTP server that
+streams each scripted reply in the chunks a test chooses, can hold or drop a connection, and records every
+request), run on an event loop of its own in a thread, since the learner's code runs in another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from learner_support import CLI, make_folder, snapshot, solve
+from pi_course_kit.core.manifest import Course
+
+KEY = "sk-test-7c1f9e-never-shown"
+FOCUSED = Path(__file__).resolve().parents[1] / "focused"
+
+
+def _load_sse() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("run_sse_server", FOCUSED / "sse_server.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+sse = _load_sse()
+
+
+@contextmanager
+def serving(*replies: Any) -> Iterator[Any]:
+    """The focused tests' SSE server on its own loop in a thread, for the block."""
+    ready: list[Any] = []
+    started = threading.Event()
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+
+    async def main() -> None:
+        async with sse.sse_server(*replies) as server:
+            ready.append(server)
+            started.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert started.wait(30), "the SSE server did not start"
+    try:
+        yield ready[0]
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+        loop.close()
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def tool_reply(number: int, name: str, arguments: dict[str, Any]) -> Any:
+    """A reply of one tool call whose arguments arrive in three pieces, the events cut across reads."""
+    text = json.dumps(arguments, ensure_ascii=False)
+    third = len(text) // 3
+    payloads: list[object] = [
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": f"call_{number}", "type": "function", "function": {"name": name}}
+                ]
+            }
+        )
+    ]
+    for piece in (text[:third], text[third : 2 * third], text[2 * third :]):
+        payloads.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}))
+    payloads += [
+        chunk({}, "tool_calls"),
+        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
+    ]
+    payloads.append("[DONE]")
+    return sse.Reply(sse.split_in_half(payloads))
+
+
+def text_reply(text: str) -> Any:
+    half = len(text) // 2
+    payloads: list[object] = [
+        chunk({"content": text[:half]}),
+        chunk({"content": text[half:]}),
+        chunk({}, "stop"),
+    ]
+    return sse.Reply([sse.sse_event(p) for p in [*payloads, "[DONE]"]])
+
+
+def run_pi(folder: Path, args: Sequence[str], env: dict[str, str] | None = None, stdin: str = "") -> Any:
+    """`pi-course --lang en run ARGS` in `folder`, with no endpoint of the machine's own in the environment."""
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_") and k != "PYTHONPATH"
+    }
+    return subprocess.run(
+        [*CLI, "--lang", "en", "run", *args],
+        cwd=folder,
+        env={**base, **(env or {})},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def live(server: Any) -> dict[str, str]:
+    return {
+        "OPENAI_COMPATIBLE_BASE_URL": server.url("/v1"),
+        "OPENAI_COMPATIBLE_MODEL": "test-model",
+        "OPENAI_COMPATIBLE_API_KEY": KEY,
+    }
+
+
+def solved(course: Course, checkpoint_id: str, dest: Path) -> Path:
+    """A practice folder whose pi_course is the checkpoint's solution (a learner who finished)."""
+    checkpoint = course.checkpoint(checkpoint_id)
+    folder = make_folder(course, checkpoint, dest)
+    solve(course, checkpoint, folder)
+    return folder
+
+
+def assert_one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("checkpoint_id", "durable"), [("08", []), ("13", []), ("19", []), ("19", ["--durable"])]
+)
+def test_the_learners_code_reads_edits_and_runs_through_a_streaming_server(
+    real_course: Course, tmp_path: Path, checkpoint_id: str, durable: list[str]
+) -> None:
+    """Does the learner's own code drive read, edit and a command through a real SSE server, key kept secret?"""
+    folder = solved(real_course, checkpoint_id, tmp_path / "practice")
+    (folder / "workspace").mkdir()
+    (folder / "workspace" / "notes.py").write_text('print("draft")\n', encoding="utf-8")
+    kit_before = snapshot(folder / "pi_course") | snapshot(folder / "tests")
+    replies = [
+        tool_reply(1, "read", {"path": "notes.py"}),
+        tool_reply(2, "edit", {"path": "notes.py", "oldText": "draft", "newText": "最终版"}),
+        tool_reply(3, "bash", {"command": "python3 notes.py"}),
+        text_reply("改好了：notes.py 现在打印 最终版。"),
+    ]
+    with serving(*replies) as server:
+        done = run_pi(folder, [*durable, "--yes", "把 draft 改成 最终版 并运行"], env=live(server))
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert (folder / "workspace" / "notes.py").read_text(encoding="utf-8") == 'print("最终版")\n'
+    assert "改好了：notes.py 现在打印 最终版。" in done.stdout
+    assert len(requests) == 4
+    assert all(r.headers["authorization"] == f"Bearer {KEY}" for r in requests)
+    last = requests[-1].json()
+    assert last["model"] == "test-model" and {t["function"]["name"] for t in last["tools"]} >= {
+        "read",
+        "bash",
+    }
+    tool_messages = [m for m in last["messages"] if m["role"] == "tool"]
+    assert [m["name"] for m in tool_messages] == ["read", "edit", "bash"]
+    assert "draft" in tool_messages[0]["content"] and "最终版" in tool_messages[2]["content"]
+    assert KEY not in done.stdout + done.stderr
+    assert snapshot(folder / "pi_course") | snapshot(folder / "tests") == kit_before
+    sessions = sorted((folder / ".pi-course" / "sessions").glob("*.json*"))
+    if checkpoint_id == "08":
+        assert sessions == []
+    elif durable:
+        [file] = sessions
+        store = json.loads(file.read_text(encoding="utf-8"))
+        assert KEY not in json.dumps(store, ensure_ascii=False)
+        assert {task["status"] for task in store["tasks"].values()} == {"completed"}
+        roles = [entry["entry"]["message"]["role"] for entry in store["entries"].values()]
+        assert roles.count("toolResult") == 3
+    else:
+        assert len(sessions) == 1 and sessions[0].suffix == ".jsonl"
+        text = sessions[0].read_text(encoding="utf-8")
+        assert KEY not in text
+        entries = [json.loads(line) for line in text.splitlines()]
+        assert any(e.get("message", {}).get("role") == "toolResult" for e in entries)
+
+
+def test_the_bash_tool_never_sees_the_key(real_course: Course, tmp_path: Path) -> None:
+    """Can a command the model runs read the API key from its environment (it must not)?"""
+    folder = solved(real_course, "09", tmp_path / "practice")
+    replies = [tool_reply(1, "bash", {"command": "env; echo done"}), text_reply("看过了。")]
+    with serving(*replies) as server:
+        done = run_pi(folder, ["--yes", "看看环境变量"], env=live(server))
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    [result] = [m for m in requests[1].json()["messages"] if m["role"] == "tool"]
+    assert "done" in result["content"] and "PATH=" in result["content"]
+    assert KEY not in result["content"] and KEY not in done.stdout + done.stderr
+
+
+def test_a_chat_turn_at_05_streams_the_reply_configured_from_dotenv(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """At 05, is one streamed turn answered, with the endpoint, model and key taken from the folder's .env?"""
+    folder = solved(real_course, "05", tmp_path / "practice")
+    with serving(text_reply("你好，我是流式回复。")) as server:
+        (folder / ".env").write_text(
+            "\n".join(f"{k}={v}" for k, v in live(server).items()) + "\n", encoding="utf-8"
+        )
+        done = run_pi(folder, ["你好"])
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "你好，我是流式回复。"
+    assert len(requests) == 1 and "tools" not in requests[0].json()
+    assert requests[0].headers["authorization"] == f"Bearer {KEY}"
+    assert KEY not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (
+            sse.Reply([b'{"error": "bad key"}'], status=401, content_type="application/json"),
+            "refused the API key",
+        ),
+        (sse.Reply([b'{"error": "no such model"}'], status=404, content_type="application/json"), "no model"),
+        (None, "cannot reach"),
+    ],
+    ids=["401", "404", "refused"],
+)
+def test_a_failing_endpoint_is_one_line_to_act_on(
+    real_course: Course, tmp_path: Path, reply: Any, expected: str
+) -> None:
+    """Is a refused key, an unknown model or a wrong URL one line saying what to check, with no traceback?"""
+    folder = solved(real_course, "05", tmp_path / "practice")
+    with serving(*([reply] if reply else [])) as server:
+        env = live(server)
+        if reply is None:
+            env["OPENAI_COMPATIBLE_BASE_URL"] = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
+        done = run_pi(folder, ["hi"], env=env)
+    assert done.returncode == 1
+    line = assert_one_line(done.stderr)
+    assert expected in line and KEY not in done.stdout + done.stderr
+
+
+def test_a_dropped_stream_is_one_line(real_course: Course, tmp_path: Path) -> None:
+    """When the server drops the connection mid-reply, is that one line, with no traceback?"""
+    folder = solved(real_course, "05", tmp_path / "practice")
+    reply = sse.Reply([sse.sse_event(chunk({"content": "半句"})), sse.DROP])
+    with serving(reply) as server:
+        done = run_pi(folder, ["hi"], env=live(server))
+    assert done.returncode == 1
+    assert "closed the stream" in assert_one_line(done.stderr)
+
+
+def test_a_stub_lab_names_the_lab_and_its_test_command(real_course: Course, tmp_path: Path) -> None:
+    """At 09's starter, does run stop at the first stub with `Lab 9.2 not implemented` and its marker's command?"""
+    folder = make_folder(real_course, real_course.checkpoint("09"), tmp_path / "practice")
+    done = run_pi(folder, ["--yes"])
+    assert done.returncode == 3
+    line = done.stderr.splitlines()[-1]
+    assert "Lab 9.2 not implemented" in line and "python -m pytest -m lab9_2" in line
+    assert "Traceback" not in done.stderr
+
+
+def test_a_stub_inside_a_tool_stops_the_run_at_that_lab(real_course: Course, tmp_path: Path) -> None:
+    """When the write tool's lab is a stub again, does the run stop there with that lab's line, not go on?"""
+    folder = solved(real_course, "08", tmp_path / "practice")
+    reset = subprocess.run(
+        [*CLI, "--lang", "en", "reset", "8.3"], cwd=folder, capture_output=True, text=True, timeout=120
+    )
+    assert reset.returncode == 0, reset.stderr
+    done = run_pi(folder, ["--yes"])
+    assert done.returncode == 3
+    assert done.stderr.splitlines()[-1].startswith("Lab 8.3 not implemented")
+    assert "· read" not in done.stdout  # the model was not asked again after the stub
+
+
+def test_before_05_it_names_the_checkpoint_that_brings_a_model(real_course: Course, tmp_path: Path) -> None:
+    """At 04, does run say in one line what is missing and that checkpoint 05 brings it?"""
+    folder = make_folder(real_course, real_course.checkpoint("04"), tmp_path / "practice")
+    done = run_pi(folder, [])
+    assert done.returncode == 2
+    line = assert_one_line(done.stderr)
+    assert "checkpoint 05" in line and "pi-course practice 05 DIR --from ." in line
+
+
+def test_offline_by_default_the_recorded_session_runs_through_the_learners_code(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """With no endpoint, does run say it is offline and replay the recording through the learner's tools?"""
+    folder = solved(real_course, "08", tmp_path / "practice")
+    done = run_pi(folder, ["--yes"])
+    assert done.returncode == 0, done.stderr
+    assert "offline" in done.stderr and "OPENAI_COMPATIBLE_BASE_URL" in done.stderr
+    assert (folder / "workspace" / "greet.py").read_text(encoding="utf-8") == 'print("你好")\n'
+    assert "· bash" in done.stdout and "✓ 你好" in done.stdout
+
+
+def test_write_and_bash_ask_first_and_a_refusal_runs_nothing(real_course: Course, tmp_path: Path) -> None:
+    """Without --yes, do write and bash ask, and does an answer other than y keep them from running?"""
+    folder = solved(real_course, "08", tmp_path / "practice")
+    done = run_pi(folder, [], stdin="n\nn\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("[y/N]") == 2
+    assert not (folder / "workspace" / "greet.py").exists()
+    assert "the user did not allow this call" in done.stdout
+
+
+@pytest.mark.parametrize("place", ["pi_course", "tests", "."])
+def test_the_workspace_is_never_the_learners_code_or_tests(
+    real_course: Course, tmp_path: Path, place: str
+) -> None:
+    """Is a workspace that would hold or be pi_course/ or tests/ refused in one line?"""
+    folder = solved(real_course, "08", tmp_path / "practice")
+    done = run_pi(folder, ["--yes", "--workspace", str(folder / place)])
+    assert done.returncode == 2
+    assert "--workspace" in assert_one_line(done.stderr)
+
+
+@pytest.mark.parametrize("checkpoint_id", ["09", "13"])
+def test_ctrl_c_aborts_the_run_and_keeps_the_session_readable(
+    real_course: Course, tmp_path: Path, checkpoint_id: str
+) -> None:
+    """At 09 and 13, does Ctrl-C during a streamed reply end in one line, exit 130, a session that parses?"""
+    folder = solved(real_course, checkpoint_id, tmp_path / "practice")
+    held = sse.Reply([sse.sse_event(chunk({"content": "正在"})), sse.HOLD])
+    with serving(held) as server:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_")}
+        child = subprocess.Popen(
+            [*CLI, "--lang", "en", "run", "--yes", "hi"],
+            cwd=folder,
+            env={**base, **live(server)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for _ in range(600):
+            if server.requests:
+                break
+            time.sleep(0.1)
+        assert server.requests, "the learner's transport never reached the server"
+        time.sleep(0.5)  # let the first event arrive
+        os.killpg(child.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    assert "interrupted" in assert_one_line(err) and KEY not in out + err
+    files = list((folder / ".pi-course" / "sessions").glob("*.jsonl"))
+    assert len(files) == (1 if checkpoint_id == "13" else 0)
+    for file in files:
+        entries = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines()]
+        assert [e["message"]["role"] for e in entries if e["type"] == "message"][-2:] == ["user", "assistant"]
+        assert entries[-1]["message"]["stopReason"] == "aborted"
+
+
+def test_json_and_rpc_modes_write_the_learners_json_lines(real_course: Course, tmp_path: Path) -> None:
+    """At 13, does --mode json write one JSON line per prompt, and --mode rpc answer each request line?"""
+    folder = solved(real_course, "13", tmp_path / "practice")
+    with serving(text_reply("第一"), text_reply("第二"), text_reply("第三")) as server:
+        as_json = run_pi(folder, ["--mode", "json", "一"], env=live(server))
+        rpc = run_pi(
+            folder,
+            ["--mode", "rpc"],
+            env=live(server),
+            stdin='{"prompt": "二"}\n{"prompt": "三"}\nnot json\n',
+        )
+    assert as_json.returncode == 0, as_json.stderr
+    [line] = as_json.stdout.splitlines()
+    answer = json.loads(line)
+    assert answer["reason"] == "stop" and answer["messages"][-1]["content"][0]["text"] == "第一"
+    assert rpc.returncode == 2
+    answers = [json.loads(line) for line in rpc.stdout.splitlines()]
+    assert [a["messages"][-1]["content"][0]["text"] for a in answers] == ["第二", "第三"]
+    assert "rpc mode reads one JSON object per line" in assert_one_line(rpc.stderr)
+
+
+def test_resume_goes_on_with_the_saved_session(real_course: Course, tmp_path: Path) -> None:
+    """At 13, does --resume FILE send the saved turn again as context and append the new one to the same file?"""
+    folder = solved(real_course, "13", tmp_path / "practice")
+    with serving(text_reply("记住了：蓝色。"), text_reply("你说的是蓝色。")) as server:
+        first = run_pi(folder, ["我喜欢蓝色"], env=live(server))
+        [file] = (folder / ".pi-course" / "sessions").glob("*.jsonl")
+        saved = file.read_text(encoding="utf-8")
+        second = run_pi(folder, ["--resume", str(file), "我喜欢什么颜色？"], env=live(server))
+        requests = list(server.requests)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    sent = [m["content"] for m in requests[1].json()["messages"] if m["role"] in ("user", "assistant")]
+    assert sent == ["我喜欢蓝色", "记住了：蓝色。", "我喜欢什么颜色？"]
+    grown = file.read_text(encoding="utf-8")
+    assert grown.startswith(saved) and len(grown.splitlines()) == len(saved.splitlines()) + 2
+    assert list((folder / ".pi-course" / "sessions").glob("*.jsonl")) == [file]
+
+
+def test_resume_refuses_a_file_that_is_not_a_session(real_course: Course, tmp_path: Path) -> None:
+    """Is a --resume file that is not a session one line, leaving the file as it was?"""
+    folder = solved(real_course, "13", tmp_path / "practice")
+    bogus = folder / "notes.jsonl"
+    bogus.write_text('{"not": "an entry"}\n', encoding="utf-8")
+    done = run_pi(folder, ["--resume", str(bogus), "hi"])
+    assert done.returncode == 2
+    assert "cannot be resumed" in assert_one_line(done.stderr.split("\n", 1)[1])
+    assert bogus.read_text(encoding="utf-8") == '{"not": "an entry"}\n'
+
+
+def test_a_durable_run_cut_by_ctrl_c_goes_on_with_resume(real_course: Course, tmp_path: Path) -> None:
+    """At 19 with --durable, after Ctrl-C mid-reply, does --resume run the interrupted request again and finish?"""
+    folder = solved(real_course, "19", tmp_path / "practice")
+    held = sse.Reply([sse.sse_event(chunk({"content": "一半"})), sse.HOLD])
+    with serving(held, text_reply("完整的回答。")) as server:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_")}
+        child = subprocess.Popen(
+            [*CLI, "--lang", "en", "run", "--durable", "hi"],
+            cwd=folder,
+            env={**base, **live(server)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for _ in range(600):
+            if server.requests:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        os.killpg(child.pid, signal.SIGINT)
+        _out, err = child.communicate(timeout=60)
+        assert child.returncode == 130, err
+        [file] = (folder / ".pi-course" / "sessions").glob("durable-*.json")
+        store = json.loads(file.read_text(encoding="utf-8"))
+        assert [task["status"] for task in store["tasks"].values()] == ["running"]
+        resumed = run_pi(folder, ["--durable", "--resume", str(file)], env=live(server), stdin="")
+        requests = list(server.requests)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "完整的回答。" in resumed.stdout
+    assert len(requests) == 2 and requests[1].json()["messages"][-1] == {"role": "user", "content": "hi"}
+    store = json.loads(file.read_text(encoding="utf-8"))
+    assert [task["status"] for task in store["tasks"].values()] == ["completed"]
+
+
+def test_rpc_mode_without_yes_runs_no_write(real_course: Course, tmp_path: Path) -> None:
+    """In rpc mode stdin carries requests: without --yes, is a write refused (not asked) and the file untouched?"""
+    folder = solved(real_course, "13", tmp_path / "practice")
+    replies = [tool_reply(1, "write", {"path": "x.txt", "content": "x"}), text_reply("没写。")]
+    with serving(*replies) as server:
+        done = run_pi(folder, ["--mode", "rpc"], env=live(server), stdin='{"prompt": "写 x.txt"}\n')
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert not (folder / "workspace" / "x.txt").exists()
+    [result] = [m for m in requests[1].json()["messages"] if m["role"] == "tool"]
+    assert "rpc mode cannot ask" in result["content"]
+
+
+def test_ctrl_c_three_times_stops_learner_code_that_never_awaits(real_course: Course, tmp_path: Path) -> None:
+    """When the learner's code spins without awaiting, does a third Ctrl-C end the run in one line, exit 130?"""
+    folder = solved(real_course, "05", tmp_path / "practice")
+    adapter = folder / "pi_course" / "provider_adapter.py"
+    source = adapter.read_text(encoding="utf-8")
+    spin = "    # BEGIN LAB 5.1\n    result: list[ProviderWireMessage] = []\n"
+    assert source.count(spin) == 1
+    marker = tmp_path / "spinning"
+    spinning = f"    open({str(marker)!r}, 'w').close()\n    while True:\n        pass\n"
+    adapter.write_text(source.replace(spin, spin + spinning), encoding="utf-8")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_")}
+    child = subprocess.Popen(
+        [*CLI, "--lang", "en", "run", "hi"],
+        cwd=folder,
+        env=base,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    for _ in range(600):
+        if marker.exists():
+            break
+        time.sleep(0.1)
+    assert marker.exists(), "the driver never reached the learner's spinning code"
+    for _ in range(3):
+        time.sleep(0.5)
+        os.killpg(child.pid, signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130
+    offline, *rest = err.splitlines()
+    assert offline.startswith("offline:") and rest == ["interrupted"] and "Traceback" not in out
