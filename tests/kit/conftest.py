@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from pi_course_kit.core import i18n, manifest
+from pi_course_kit.core import i18n, manifest, runner
+from pi_course_kit.core.locate import kit_cache
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor import verify
 from pi_course_kit.instructor.grade import bwrap
 from xdist.scheduler import LoadScopeScheduling
 
@@ -36,6 +38,10 @@ os.environ.setdefault("PI_COURSE_LANG", "en")
 # Property tests in the practice folders these tests make run the grading profile (a fixed seed), not the
 # learner's quick random one: a kit test must not depend on the examples a run happens to draw.
 os.environ.setdefault("PI_COURSE_HYPOTHESIS", "grading")
+# The notebooks' test runs (in their kernels) use verify's store of whole-tree runs: a progress cell on
+# a tree whose content verify (or another notebook) already ran reads that run back instead of running
+# the lineage again. The store is keyed by everything a run reads (see core/runner.py).
+os.environ.setdefault(runner.RUN_CACHE_ENV, str(kit_cache() / verify.RUNS_FOLDER))
 
 
 @pytest.fixture(autouse=True)
