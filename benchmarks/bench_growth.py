@@ -147,7 +147,7 @@ def _children_cpu() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def _verify(course: manifest.Course, cache: Path, jobs: int) -> None:
+def _verify(course: manifest.Course, cache: Path | None, jobs: int) -> None:
     outcomes = verify.verify(
         course, course.checkpoints, ("solution", "starter", "notebooks"), jobs, cache=cache
     )
