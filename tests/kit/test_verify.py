@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -249,3 +250,13 @@ def test_a_notebook_progress_run_reads_back_verifys_run_of_the_same_content(
     assert [result.reused for result in seen] == [True]
     assert [(t.nodeid, t.outcome) for t in report.tests] == [(t.nodeid, t.outcome) for t in verified.tests]
     assert len(list(runs.iterdir())) == 1
+
+
+def test_a_store_keeps_only_its_newest_runs(tmp_path: Path) -> None:
+    """Once a store holds more runs than it keeps, are the oldest removed and the newest left?"""
+    for age in range(5):
+        path = tmp_path / f"run-{age}.json"
+        path.write_text("{}", encoding="utf-8")
+        os.utime(path, (1_000_000 - age, 1_000_000 - age))
+    runner._prune(tmp_path, keep=2)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run-0.json", "run-1.json"]

@@ -146,6 +146,7 @@ def run_tests(
         stored.parent.mkdir(parents=True, exist_ok=True)
         record = {"returncode": returncode, "output": output, "lines": lines}
         write_text_atomically(stored, json.dumps(record, ensure_ascii=False))
+        _prune(stored.parent)
     return result
 
 
@@ -244,6 +245,20 @@ def _recall(path: Path) -> RunResult | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return result if remembered(result) else None
+
+
+#: How many runs a store keeps; the oldest go first (a whole course's verify keeps about 40).
+KEPT_RUNS = 400
+
+
+def _prune(folder: Path, keep: int = KEPT_RUNS) -> None:
+    """Remove the oldest runs beyond `keep`, so a store used for months stays small."""
+    try:
+        runs = sorted(folder.glob("run-*.json"), key=lambda path: path.stat().st_mtime)
+    except OSError:  # another process removed one while we looked: the next store tries again
+        return
+    for path in runs[: max(0, len(runs) - keep)]:
+        path.unlink(missing_ok=True)
 
 
 def run_cache_from_env() -> Path | None:

@@ -5,6 +5,10 @@ that passed is remembered (in the cache folder the mutation map uses) under a di
 reads: the checkpoint's trees, tests, notebook and manifest entry, the parent's solution, the kit
 itself and the versions of the tools that run the tests. It is not run again until one of those
 changes; `--no-cache` runs everything. A failure is never remembered.
+
+Below the checks, the whole-tree test runs (solution, starter, the notebooks' progress cells) are kept
+in the same cache folder by their content (`core.runner`): a tree run once is read back wherever the
+same content runs again, within one verify or across them.
 """
 
 from __future__ import annotations
