@@ -80,6 +80,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", SANDBOX_MARKER)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that grades the real course in the sandbox is `slow`: the fast tier (`-m "not slow"`)
+    grades on the fixture course only.
+
+    Grading a real checkpoint runs its whole lineage in a sandbox for each graded folder (06, 07 and
+    14's held-out gradings took 88-182 s of a suite run); the fast tier checks each checkpoint's solution
+    and starter once instead (test_course_checkpoints.py).
+    """
+    slow = pytest.mark.slow
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if item.get_closest_marker("sandbox") is not None and "real_course" in fixtures:
+            item.add_marker(slow)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """`-n auto` (pyproject's addopts): one and a half workers per usable CPU, three on two cores.
