@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -187,6 +186,8 @@ _READ_ENV = ("LANG", "LANGUAGE", "LC_ALL", "LC_MESSAGES", "PATH", "PYTHONHASHSEE
 @functools.cache
 def _interpreter() -> str:
     """The interpreter and every installed distribution with its version, as one digest."""
+    import importlib.metadata  # only where runs are kept: the learner's runs never pay for the import
+
     hasher = hashlib.sha256(f"{sys.version}\0{sys.prefix}".encode())
     installed = sorted(
         f"{dist.metadata['Name']} {dist.version}" for dist in importlib.metadata.distributions()
