@@ -260,3 +260,15 @@ def test_a_store_keeps_only_its_newest_runs(tmp_path: Path) -> None:
         os.utime(path, (1_000_000 - age, 1_000_000 - age))
     runner._prune(tmp_path, keep=2)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["run-0.json", "run-1.json"]
+
+
+def test_a_store_that_cannot_be_written_only_keeps_nothing(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """When the store's folder cannot be made (a file stands in its place), does the run still report its
+    records, keeping nothing?"""
+    blocked = tmp_path / "runs"
+    blocked.write_text("not a folder", encoding="utf-8")
+    result = promises.run_tree(course, checkpoint, checkpoint.solution, runs=blocked)
+    assert result.finished and result.tests and not result.reused
+    assert blocked.read_text(encoding="utf-8") == "not a folder"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -142,10 +143,12 @@ def run_tests(
         returncode=returncode, output=output, report=RunReport.read(lines), timed_out=timed_out
     )
     if stored is not None and remembered(result):
-        stored.parent.mkdir(parents=True, exist_ok=True)
         record = {"returncode": returncode, "output": output, "lines": lines}
-        write_text_atomically(stored, json.dumps(record, ensure_ascii=False))
-        _prune(stored.parent)
+        # A store that cannot be written (read-only, another user's) only means the run is not kept.
+        with contextlib.suppress(OSError):
+            stored.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomically(stored, json.dumps(record, ensure_ascii=False))
+            _prune(stored.parent)
     return result
 
 
@@ -259,7 +262,8 @@ def _prune(folder: Path, keep: int = KEPT_RUNS) -> None:
     except OSError:  # another process removed one while we looked: the next store tries again
         return
     for path in runs[: max(0, len(runs) - keep)]:
-        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
 
 
 def run_cache_from_env() -> Path | None:
