@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from pi_course_kit.core import i18n, manifest
+from pi_course_kit.core import i18n, manifest, runner
+from pi_course_kit.core.locate import kit_cache
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor import verify
 from pi_course_kit.instructor.grade import bwrap
 from xdist.scheduler import LoadScopeScheduling
 
@@ -36,6 +38,10 @@ os.environ.setdefault("PI_COURSE_LANG", "en")
 # Property tests in the practice folders these tests make run the grading profile (a fixed seed), not the
 # learner's quick random one: a kit test must not depend on the examples a run happens to draw.
 os.environ.setdefault("PI_COURSE_HYPOTHESIS", "grading")
+# The notebooks' test runs (in their kernels) use verify's store of whole-tree runs: a progress cell on
+# a tree whose content verify (or another notebook) already ran reads that run back instead of running
+# the lineage again. The store is keyed by everything a run reads (see core/runner.py).
+os.environ.setdefault(runner.RUN_CACHE_ENV, str(kit_cache() / verify.RUNS_FOLDER))
 
 
 @pytest.fixture(autouse=True)
@@ -72,6 +78,21 @@ SANDBOX_MARKER = "sandbox: grades in the bubblewrap sandbox; skipped, with the f
 def pytest_configure(config: pytest.Config) -> None:
     """Register the `sandbox` marker (the suite runs with --strict-markers)."""
     config.addinivalue_line("markers", SANDBOX_MARKER)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that grades the real course in the sandbox is `slow`: the fast tier (`-m "not slow"`)
+    grades on the fixture course only.
+
+    Grading a real checkpoint runs its whole lineage in a sandbox for each graded folder (06, 07 and
+    14's held-out gradings took 88-182 s of a suite run); the fast tier checks each checkpoint's solution
+    and starter once instead (test_course_checkpoints.py).
+    """
+    slow = pytest.mark.slow
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if item.get_closest_marker("sandbox") is not None and "real_course" in fixtures:
+            item.add_marker(slow)
 
 
 @pytest.hookimpl(tryfirst=True)

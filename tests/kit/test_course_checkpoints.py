@@ -16,7 +16,7 @@ import conftest
 import pytest
 from conftest import load_real_course
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.instructor import verify
+from pi_course_kit.instructor import promises, verify
 from pi_course_kit.instructor.grade.mutation_map import default_cache
 from pi_course_kit.learner import practice
 
@@ -64,6 +64,33 @@ def test_the_checkpoint_keeps_each_promise_verify_checks(checkpoint_id: str, pro
     """
     outcome = verified(checkpoint_id)[promise]
     assert outcome.problems == []
+
+
+def test_the_checkpoints_own_tests_pass_on_the_solution_and_stop_on_the_starters_stubs(
+    real_course: Course, each_checkpoint: Checkpoint
+) -> None:
+    """The fast tier's check of every checkpoint (`-m "not slow"`): do the checkpoint's own labs' tests all
+    pass on its solution, and on its starter each fail on a stub of its lab or an earlier one (an
+    observation checkpoint's starter is its target: all pass)?
+
+    Each test of the course runs once on a solution and once on a starter, so this grows with the
+    course, not with the square of it; the whole lineage on every tree is verify's (the slow tier).
+    """
+    course, cp = real_course, each_checkpoint
+    own = {lab.id for lab in cp.labs}
+    args = ("-m", " or ".join(lab.marker for lab in cp.labs))
+    runs = default_cache() / verify.RUNS_FOLDER
+    solution = promises.run_tree(course, cp, cp.solution, args, runs=runs)
+    assert promises.solution_problems(course, cp, solution) == []
+    starter = promises.run_tree(course, cp, cp.starter, args, runs=runs)
+    if cp.observation:
+        assert promises.solution_problems(course, cp, starter) == []
+    else:
+        assert promises.starter_problems(course, cp, starter) == []
+        assert any(test.outcome == "failed" for test in starter.tests)
+    # Only the checkpoint's own labs ran, each of them.
+    assert {test.lab for test in solution.tests} == own
+    assert {test.lab for test in starter.tests} <= own
 
 
 # -- the manifest's data, checkpoint by checkpoint ----------------------------------------------------

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from learner_support import make_folder
 from pi_course_kit import cli
-from pi_course_kit.core import manifest
+from pi_course_kit.core import manifest, runner
+from pi_course_kit.core.locate import ROOT_ENV
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.instructor import verify
+from pi_course_kit.instructor import promises, verify
 from pi_course_kit.instructor.mutate import run_mutation
+from pi_course_kit.notebook import checks
+from pi_course_kit.notebook import helpers as nbhelp
 from test_build_labs import add_to_checkpoint, copy_repo
 
 
@@ -148,3 +155,120 @@ def test_a_mutation_run_stops_in_the_checkpoints_own_tests_before_the_parents(
     # The mutated lab's own tests run first (-m its marker, -x): one of a2's catches it, a1's never start.
     files = {test.nodeid.split("::")[0] for test in run.result.report.tests}
     assert files == {"tests/test_a2_pair.py"}
+
+
+# -- whole-tree runs kept by content ------------------------------------------------------------------
+
+
+def test_a_run_is_reused_for_the_same_content_and_run_again_after_any_input_changes(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Is verify's solution run read back for a tree of the same content, and run again once a test file,
+    a package file or a new file in the package changes what the run would read?"""
+    repo = copy_repo(course, tmp_path / "repo")
+    copied = manifest.load(repo / "course.toml")
+    cp, runs = copied.checkpoint(checkpoint.id), tmp_path / "runs"
+    first = promises.run_tree(copied, cp, cp.solution, runs=runs)
+    again = promises.run_tree(copied, cp, cp.solution, runs=runs)
+    assert not first.reused and again.reused
+    assert [(t.nodeid, t.outcome) for t in again.tests] == [(t.nodeid, t.outcome) for t in first.tests]
+    assert again.labs == first.labs and again.returncode == first.returncode == 0
+    test = repo / "tests/focused/test_a1_counter.py"
+    test.write_text(test.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+    assert not promises.run_tree(copied, cp, cp.solution, runs=runs).reused
+    assert promises.run_tree(copied, cp, cp.solution, runs=runs).reused
+    (repo / cp.solution / "fx_course/extra_module.py").write_text("VALUE = 1\n", encoding="utf-8")
+    assert not promises.run_tree(copied, cp, cp.solution, runs=runs).reused
+    # Other arguments are another run.
+    assert not promises.run_tree(copied, cp, cp.solution, ("-m", cp.first_lab.marker), runs=runs).reused
+
+
+def test_only_a_run_whose_failures_are_lab_stubs_is_kept(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Is a starter run (every failure a LabNotImplemented) kept, and a run with any other failure never,
+    so that a failure that may come from a loaded machine runs again where it is next asked for?"""
+    repo = copy_repo(course, tmp_path / "repo")
+    copied = manifest.load(repo / "course.toml")
+    cp, runs = copied.checkpoint(checkpoint.id), tmp_path / "runs"
+    starter = promises.run_tree(copied, cp, cp.starter, runs=runs)
+    assert any(t.outcome == "failed" for t in starter.tests)
+    assert promises.run_tree(copied, cp, cp.starter, runs=runs).reused
+    counter = repo / cp.solution / "fx_course/counter.py"
+    counter.write_text(counter.read_text(encoding="utf-8").replace("+= 1", "+= 3"), encoding="utf-8")
+    for _ in range(2):
+        wrong = promises.run_tree(copied, cp, cp.solution, runs=runs)
+        assert not wrong.reused and any(t.outcome == "failed" and not t.exc_lab for t in wrong.tests)
+    assert len(list(runs.iterdir())) == 1
+
+
+def test_the_content_key_covers_arguments_and_the_variables_a_run_reads(tmp_path: Path) -> None:
+    """Does the key change with a file, a new file, the arguments and a PI_COURSE_ or locale variable, and
+    stay the same for the run's own scratch paths and for caches inside the tree?"""
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg/__init__.py").write_text("X = 1\n", encoding="utf-8")
+    env = {"PI_COURSE_LANG": "zh_CN", "HOME": "/home/a"}
+    key = runner.content_key(tree, ("--tb=no",), env)
+    assert runner.content_key(tree, ("--tb=no",), {**env, "HOME": "/home/b"}) == key
+    assert runner.content_key(tree, ("--tb=no",), {**env, runner.JSON_ENV: "/tmp/x.jsonl"}) == key
+    (tree / "pkg/__pycache__").mkdir()
+    (tree / "pkg/__pycache__/__init__.cpython.pyc").write_bytes(b"\0")
+    assert runner.content_key(tree, ("--tb=no",), env) == key
+    assert runner.content_key(tree, ("--tb=no", "-x"), env) != key
+    assert runner.content_key(tree, ("--tb=no",), {**env, "PI_COURSE_LANG": "en"}) != key
+    assert runner.content_key(tree, ("--tb=no",), {**env, "PI_COURSE_HYPOTHESIS": "learner"}) != key
+    assert runner.content_key(tree, ("--tb=no",), {**env, "LC_ALL": "C"}) != key
+    (tree / "pkg/new.py").write_text("", encoding="utf-8")
+    assert runner.content_key(tree, ("--tb=no",), env) != key
+
+
+def test_a_notebook_progress_run_reads_back_verifys_run_of_the_same_content(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a fresh practice folder, does the notebook's progress() read back verify's starter run (the same
+    package, tests and language) instead of running the tests again?"""
+    monkeypatch.delenv(nbhelp.TREE_ENV, raising=False)
+    monkeypatch.setenv(ROOT_ENV, str(course.root))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(checks, "_last_full", {})
+    runs = tmp_path / "runs"
+    monkeypatch.setenv(runner.RUN_CACHE_ENV, str(runs))
+    verified = promises.run_tree(course, checkpoint, checkpoint.starter, runs=runs)
+    assert not verified.reused and len(list(runs.iterdir())) == 1
+    practice = make_folder(course, checkpoint, tmp_path / "practice")
+    nbhelp.use_tree(checkpoint.id, cwd=practice, quiet=True)
+    seen: list[runner.RunResult] = []
+    real = runner.run_tests
+
+    def spied(tree: Path, args: Any = (), **kwargs: Any) -> runner.RunResult:
+        seen.append(real(tree, args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(runner, "run_tests", spied)
+    report = checks.progress()
+    assert [result.reused for result in seen] == [True]
+    assert [(t.nodeid, t.outcome) for t in report.tests] == [(t.nodeid, t.outcome) for t in verified.tests]
+    assert len(list(runs.iterdir())) == 1
+
+
+def test_a_store_keeps_only_its_newest_runs(tmp_path: Path) -> None:
+    """Once a store holds more runs than it keeps, are the oldest removed and the newest left?"""
+    for age in range(5):
+        path = tmp_path / f"run-{age}.json"
+        path.write_text("{}", encoding="utf-8")
+        os.utime(path, (1_000_000 - age, 1_000_000 - age))
+    runner._prune(tmp_path, keep=2)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run-0.json", "run-1.json"]
+
+
+def test_a_store_that_cannot_be_written_only_keeps_nothing(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """When the store's folder cannot be made (a file stands in its place), does the run still report its
+    records, keeping nothing?"""
+    blocked = tmp_path / "runs"
+    blocked.write_text("not a folder", encoding="utf-8")
+    result = promises.run_tree(course, checkpoint, checkpoint.solution, runs=blocked)
+    assert result.finished and result.tests and not result.reused
+    assert blocked.read_text(encoding="utf-8") == "not a folder"

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+from pi_course_kit.core.i18n import LANG_ENV
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.records import TestRecord
 from pi_course_kit.core.regions import find_regions, find_stubs
@@ -19,11 +23,22 @@ def _earlier_or_same(checkpoint: Checkpoint, lab_id: str | None) -> set[str]:
     return set(order[: order.index(lab_id) + 1])
 
 
-def run_tree(course: Course, checkpoint: Checkpoint, tree: str, args: tuple[str, ...] = ()) -> RunResult:
-    """Run the focused tests against one of the repository's trees, staged in a temporary folder."""
+def run_tree(
+    course: Course, checkpoint: Checkpoint, tree: str, args: tuple[str, ...] = (), *, runs: Path | None = None
+) -> RunResult:
+    """Run the focused tests against one of the repository's trees, staged in a temporary folder.
+
+    With `runs` (a folder), a run of the same content is reused from there (`runner.run_tests`), and
+    the run speaks the course's language: the notebooks' kernels do, so that verify's run of a tree and
+    a notebook's progress cell on the same tree are one content, run once.
+    """
+    env = None
+    if runs is not None:
+        env = dict(os.environ)
+        env[LANG_ENV] = course.language
     with staged(course, checkpoint, course.root / tree) as folder:
         # Only the JSON records are read; drawing ~100 tracebacks would cost seconds.
-        return run_tests(folder, ("--tb=no", *args), launch=prewarmed.launch)
+        return run_tests(folder, ("--tb=no", *args), env=env, launch=prewarmed.launch, reuse=runs)
 
 
 def _tests(result: RunResult) -> list[TestRecord]:
@@ -31,9 +46,11 @@ def _tests(result: RunResult) -> list[TestRecord]:
     return result.report.tests
 
 
-def solution_problems(course: Course, checkpoint: Checkpoint, result: RunResult | None = None) -> list[str]:
+def solution_problems(
+    course: Course, checkpoint: Checkpoint, result: RunResult | None = None, *, runs: Path | None = None
+) -> list[str]:
     """Every focused test passes on the solution (skips count as problems)."""
-    result = result or run_tree(course, checkpoint, checkpoint.solution)
+    result = result or run_tree(course, checkpoint, checkpoint.solution, runs=runs)
     where = f"{checkpoint.solution}"
     if result.collect_errors:
         return [
@@ -56,10 +73,12 @@ def solution_problems(course: Course, checkpoint: Checkpoint, result: RunResult 
     return problems
 
 
-def starter_problems(course: Course, checkpoint: Checkpoint, result: RunResult | None = None) -> list[str]:
+def starter_problems(
+    course: Course, checkpoint: Checkpoint, result: RunResult | None = None, *, runs: Path | None = None
+) -> list[str]:
     """Every test of the checkpoint's own labs fails on the starter with its lab's (or an earlier lab's)
     LabNotImplemented; every test of an inherited lab passes, since the parent state is its target."""
-    result = result or run_tree(course, checkpoint, checkpoint.starter)
+    result = result or run_tree(course, checkpoint, checkpoint.starter, runs=runs)
     where = checkpoint.starter
     if result.collect_errors:
         return [

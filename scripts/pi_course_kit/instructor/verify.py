@@ -5,6 +5,10 @@ that passed is remembered (in the cache folder the mutation map uses) under a di
 reads: the checkpoint's trees, tests, notebook and manifest entry, the parent's solution, the kit
 itself and the versions of the tools that run the tests. It is not run again until one of those
 changes; `--no-cache` runs everything. A failure is never remembered.
+
+Below the checks, the whole-tree test runs (solution, starter, the notebooks' progress cells) are kept
+in the same cache folder by their content (`core.runner`): a tree run once is read back wherever the
+same content runs again, within one verify or across them.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from pi_course_kit.instructor.grade.mutation_map import default_cache
 from pi_course_kit.instructor.mutate import MutationError, mutation_problems, run_mutation, survived_problem
 from pi_course_kit.instructor.options import add_manifest_option, checkpoints, load_course
 
+#: The folder of the cache where whole-tree test runs are kept by content (`runner.run_tests(reuse=)`).
+RUNS_FOLDER = "runs"
 CHECKS = ("sync", "parents", "mutations-static", "solution", "starter", "first-red", "mutations", "notebooks")
 
 
@@ -80,7 +86,7 @@ def _mutation_job(course: Course, checkpoint: Checkpoint, name: str) -> Callable
 
 
 def _notebook_job(
-    course: Course, checkpoint: Checkpoint, tree: str, starter: bool
+    course: Course, checkpoint: Checkpoint, tree: str, starter: bool, runs: Path | None
 ) -> Callable[[], list[str]]:
     def run() -> list[str]:
         notebook = course.root / checkpoint.notebook
@@ -91,15 +97,21 @@ def _notebook_job(
         except ImportError as error:
             return [f"{checkpoint.notebook}: cannot execute notebooks: the kit has no nbrun ({error})"]
         problems: list[str] = nbrun.notebook_errors(
-            notebook, course.root / tree, package=course.package, allow_lab_errors=starter
+            notebook, course.root / tree, package=course.package, allow_lab_errors=starter, runs=runs
         )
         return [f"{checkpoint.notebook} on {tree}: {problem}" for problem in problems]
 
     return run
 
 
-def jobs(course: Course, checkpoint: Checkpoint, selected: Iterable[str] = CHECKS) -> list[Job]:
-    """The checks of one checkpoint, in report order."""
+def jobs(
+    course: Course, checkpoint: Checkpoint, selected: Iterable[str] = CHECKS, runs: Path | None = None
+) -> list[Job]:
+    """The checks of one checkpoint, in report order.
+
+    With `runs` (a folder), the whole-tree test runs (solution, starter, the notebooks' progress cells)
+    reuse a run of the same content from there (`runner.run_tests`).
+    """
     chosen = set(selected)
     cp = checkpoint
     all_jobs = [
@@ -124,7 +136,7 @@ def jobs(course: Course, checkpoint: Checkpoint, selected: Iterable[str] = CHECK
         Job(
             f"{cp.id} mutations well-formed", "mutations-static", lambda: mutation_problems(course, cp), False
         ),
-        Job(f"{cp.id} solution green", "solution", lambda: checks.solution_problems(course, cp)),
+        Job(f"{cp.id} solution green", "solution", lambda: checks.solution_problems(course, cp, runs=runs)),
     ]
     if cp.observation:
         # Nothing to implement: no red to promise. The starter is the target, and the mutations
@@ -139,7 +151,11 @@ def jobs(course: Course, checkpoint: Checkpoint, selected: Iterable[str] = CHECK
         )
     else:
         all_jobs += [
-            Job(f"{cp.id} starter red, lab by lab", "starter", lambda: checks.starter_problems(course, cp)),
+            Job(
+                f"{cp.id} starter red, lab by lab",
+                "starter",
+                lambda: checks.starter_problems(course, cp, runs=runs),
+            ),
             Job(
                 f"{cp.id} starter stops first on {cp.first_red_prefix} …",
                 "first-red",
@@ -159,10 +175,12 @@ def jobs(course: Course, checkpoint: Checkpoint, selected: Iterable[str] = CHECK
         Job(
             f"{cp.id} notebook runs on the solution",
             "notebooks",
-            _notebook_job(course, cp, cp.solution, False),
+            _notebook_job(course, cp, cp.solution, False, runs),
         ),
         Job(
-            f"{cp.id} notebook runs on the starter", "notebooks", _notebook_job(course, cp, cp.starter, True)
+            f"{cp.id} notebook runs on the starter",
+            "notebooks",
+            _notebook_job(course, cp, cp.starter, True, runs),
         ),
     ]
     return [job for job in all_jobs if job.kind in chosen]
@@ -241,7 +259,8 @@ def verify(
     same inputs is reported from there (`cached`) instead of being run again.
     """
     chosen = list(checkpoints)
-    todo = [(cp, job) for cp in chosen for job in jobs(course, cp, tuple(selected))]
+    runs = cache / RUNS_FOLDER if cache else None
+    todo = [(cp, job) for cp in chosen for job in jobs(course, cp, tuple(selected), runs)]
     files = {cp.id: _cache_file(cache, course, cp) for cp in chosen} if cache else {}
     passed = {cp_id: _remembered(path) for cp_id, path in files.items()}
     outcomes: dict[str, Outcome] = {}

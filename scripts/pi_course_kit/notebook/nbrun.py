@@ -28,6 +28,7 @@ from traitlets.config import Config
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.files import replace_file
 from pi_course_kit.core.i18n import LANG_ENV, _
+from pi_course_kit.core.runner import RUN_CACHE_ENV
 from pi_course_kit.notebook.checks import RUN_SECONDS
 from pi_course_kit.notebook.helpers import TREE_ENV
 from pi_course_kit.notebook.tree import course_of
@@ -158,21 +159,31 @@ def cell_errors(nb: NotebookNode, *, allow_lab_errors: bool = False, name: str =
 
 
 def notebook_errors(
-    notebook: Path, tree: Path, *, package: str, allow_lab_errors: bool = False, timeout: float = CELL_SECONDS
+    notebook: Path,
+    tree: Path,
+    *,
+    package: str,
+    allow_lab_errors: bool = False,
+    timeout: float = CELL_SECONDS,
+    runs: Path | None = None,
 ) -> list[str]:
     """Execute a copy of `notebook` against `tree`; one line per offending cell, empty when all is fine.
 
     `tree` must hold the course's `package` (course.toml's [course] package). `timeout` bounds each
     cell. With `allow_lab_errors`, a `LabNotImplemented` in a cell tagged `raises-exception` is
-    expected (the starter); any other error is reported.
+    expected (the starter); any other error is reported. With `runs` (a folder), the notebook's test
+    runs reuse a run of the same content from there (`runner.run_tests`).
     """
     notebook, tree = Path(notebook), Path(tree)
     if not (tree / package / "__init__.py").is_file():
         return [f"{tree}: no {package}/__init__.py; pass a tree holding the {package} package"]
     nb = load(notebook)
     problems = [f"{notebook.name}: {line}" for line in validation_errors(nb)]
+    env = kernel_env(tree)
+    if runs is not None:
+        env[RUN_CACHE_ENV] = str(runs)
     try:
-        executed = execute(nb, cwd=tree.resolve(), env=kernel_env(tree), timeout=timeout)
+        executed = execute(nb, cwd=tree.resolve(), env=env, timeout=timeout)
     except KitError as error:
         return [*problems, f"{notebook.name}: {error}"]
     return problems + cell_errors(executed, allow_lab_errors=allow_lab_errors, name=notebook.name)
