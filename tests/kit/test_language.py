@@ -275,6 +275,18 @@ def test_every_lab_and_checkpoint_of_the_course_has_its_english_title_and_hints(
             assert not [hint for hint in lab.hints_en if chinese_line(QUOTED.sub("", hint))], lab.id
 
 
+def test_the_course_title_names_the_whole_course_in_the_run_s_language(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """Does the checkpoint listing open with the whole course's title: Chinese by default, title_en in English?"""
+    assert real_course.title_en and not chinese_line(real_course.title_en)
+    assert CJK.search(real_course.title)
+    course = ["--course", str(real_course.root)]
+    assert _run(["checkpoint", *course], tmp_path, None).splitlines()[0].startswith(real_course.title)
+    english = _run(["checkpoint", *course], tmp_path, "en_US.UTF-8").splitlines()[0]
+    assert english.startswith(real_course.title_en)
+
+
 def test_the_chinese_course_in_an_english_locale_speaks_english(real_course: Course, tmp_path: Path) -> None:
     """Under LANG=en_US.UTF-8, do the guide, check (with a wrong value planted) and hint of 01 show no Chinese?"""
     checkpoint = next(c for c in real_course.checkpoints if not c.observation)

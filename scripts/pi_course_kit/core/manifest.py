@@ -159,6 +159,13 @@ class Course:
     #: Distributions the learner's package imports beyond the standard library (the grading sandbox
     #: binds them beside the test tools).
     requires: tuple[str, ...] = ()
+    #: The title in English, for a run in English of a course in another language (optional).
+    title_en: str = ""
+
+    @property
+    def shown_title(self) -> str:
+        """The title in the run's language: `title_en` when the run speaks English and the course does not."""
+        return self.title_en if self.title_en and i18n.wants_english() else self.title
 
     @property
     def root(self) -> Path:
@@ -395,6 +402,7 @@ def load(path: Path | None = None) -> Course:
         language=info.text("language"),
         checkpoints=checkpoints,
         requires=info.texts("requires"),
+        title_en=info.text("title_en", default="", allow_empty=True),
     )
     # The course's language is the default of every message from here on (kit and learner alike).
     i18n.set_course_language(course.language)

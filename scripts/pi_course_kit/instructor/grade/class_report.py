@@ -395,7 +395,7 @@ def render(
     stats = statistics(course, records)
     instructor = version == INSTRUCTOR
     mark = _("instructor_mark") if instructor else _("class_mark")
-    heading = f"{_('title')} · {course.title}"
+    heading = f"{_('title')} · {course.shown_title}"
     statuses = texts.list_separator().join(
         f"{texts.record_status(k)} {v}" for k, v in sorted(stats.statuses.items())
     )
