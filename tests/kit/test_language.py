@@ -287,6 +287,17 @@ def test_the_course_title_names_the_whole_course_in_the_run_s_language(
     assert english.startswith(real_course.title_en)
 
 
+def test_every_checkpoint_has_its_agent_notes_in_chinese_and_in_english(real_course: Course) -> None:
+    """Does every checkpoint carry the three agent notes in Chinese, and their English forms with no Chinese?"""
+    for checkpoint in real_course.checkpoints:
+        zh, en = checkpoint.agent_notes, checkpoint.agent_notes_en
+        assert zh is not None and en is not None, checkpoint.id
+        assert all(CJK.search(text) for text in (zh.predict, zh.not_yet, zh.acceptance)), checkpoint.id
+        assert not [text for text in (en.predict, en.not_yet, en.acceptance) if chinese_line(text)], (
+            checkpoint.id
+        )
+
+
 def test_the_chinese_course_in_an_english_locale_speaks_english(real_course: Course, tmp_path: Path) -> None:
     """Under LANG=en_US.UTF-8, do the guide, check (with a wrong value planted) and hint of 01 show no Chinese?"""
     checkpoint = next(c for c in real_course.checkpoints if not c.observation)
