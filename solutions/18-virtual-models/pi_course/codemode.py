@@ -263,8 +263,13 @@ async def start_worker() -> WorkerProcess:
     assert popen.stdin is not None and popen.stdout is not None
     loop = asyncio.get_running_loop()
     stdout = asyncio.StreamReader(limit=READ_CHUNK_BYTES, loop=loop)
-    reading, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout), popen.stdout)
-    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, popen.stdin)
+    try:
+        reading, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout), popen.stdout)
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, popen.stdin)
+    except BaseException:  # cancelled meanwhile, say: the process is nobody's, so it ends here
+        popen.kill()
+        popen.wait()
+        raise
     stdin = asyncio.StreamWriter(transport, protocol, None, loop)
     return WorkerProcess(popen, stdin, stdout, reading)
 
