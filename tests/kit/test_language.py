@@ -299,7 +299,7 @@ def test_every_checkpoint_has_its_agent_notes_in_chinese_and_in_english(real_cou
 
 
 def test_the_chinese_course_in_an_english_locale_speaks_english(real_course: Course, tmp_path: Path) -> None:
-    """Under LANG=en_US.UTF-8, do the guide, check (with a wrong value planted) and hint of 01 show no Chinese?"""
+    """Under LANG=en_US.UTF-8, do both guides, check (with a wrong value planted) and hint of 01 show no Chinese?"""
     checkpoint = next(c for c in real_course.checkpoints if not c.observation)
     folder = tmp_path / "practice"
     _run(["practice", checkpoint.id, str(folder)], tmp_path, "en_US.UTF-8")
@@ -312,6 +312,7 @@ def test_the_chinese_course_in_an_english_locale_speaks_english(real_course: Cou
     )
     outputs = {
         "LAB-GUIDE.md": (folder / "LAB-GUIDE.md").read_text(encoding="utf-8"),
+        "AGENT-GUIDE.md": (folder / "AGENT-GUIDE.md").read_text(encoding="utf-8"),
         "check": _run(["check"], folder, "en_US.UTF-8"),
         "hint": _run(["hint", checkpoint.labs[0].id], folder, "en_US.UTF-8"),
     }
