@@ -12,6 +12,7 @@ Importing this module starts nothing.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -53,7 +54,7 @@ class QuickJSVM:
     @staticmethod
     def preload() -> None:
         """Import the binding now, so that a worker started ahead of need has it ready."""
-        import quickjs  # noqa: F401  # imported for its side effect: the module is loaded
+        importlib.import_module("quickjs")
 
     def add_callable(self, name: str, function: Callable[..., None]) -> None:
         """Make a Python function callable from the VM as the global `name`."""
