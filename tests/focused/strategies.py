@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hypothesis import configuration, settings
+from hypothesis import Phase, configuration, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
@@ -52,6 +52,10 @@ GRADING = "grading"
 settings.register_profile(GRADING, settings.get_profile(PROFILE))
 #: A learner's lab run in a practice folder: fewer examples for a quick loop, and an example database
 #: in the folder's own .pi-course/, so a counterexample found once is replayed first on the next run.
+#: A red comes back about as fast as a green: the first failure found is shrunk and reported, with no
+#: hunt for further distinct failures and no explain phase (which traces every line of a failing example
+#: over and over, and took a planted 10.4 mistake to the 10 s time-out). Grading keeps Hypothesis's
+#: defaults.
 LEARNER = "learner"
 #: `PI_COURSE_HYPOTHESIS=grading|learner` chooses; by default a practice folder runs `learner`.
 PROFILE_ENV = "PI_COURSE_HYPOTHESIS"
@@ -79,6 +83,8 @@ settings.register_profile(
     max_examples=20,
     derandomize=False,
     print_blob=False,
+    report_multiple_bugs=False,
+    phases=[phase for phase in Phase if phase is not Phase.explain],
 )
 settings.load_profile(choose_profile())
 

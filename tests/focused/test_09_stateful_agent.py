@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import re
-from collections.abc import Callable, Coroutine, Sequence
+import sys
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import pytest
 from hypothesis import given
@@ -244,6 +245,58 @@ class ThrowOnSecondRequestModel:
         if len(self.requests) == 2:
             raise RuntimeError("provider stream failed")
         return self.scripted.stream(context, signal=signal)
+
+
+class _Started(Generic[T]):
+    """A coroutine already run to its first suspension by hand, awaited from there on (3.11's eager start)."""
+
+    def __init__(self, coroutine: Coroutine[Any, Any, T]) -> None:
+        self._coroutine = coroutine
+        self._done = False
+        self._result: T | None = None
+        self._error: BaseException | None = None
+        try:
+            self._yielded: Any = coroutine.send(None)
+        except StopIteration as stop:
+            self._done, self._result = True, stop.value
+        except Exception as error:  # kept for the awaiter, as a task keeps it
+            self._done, self._error = True, error
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        if self._error is not None:
+            raise self._error
+        if self._done:
+            return cast(T, self._result)
+        yielded = self._yielded
+        while True:
+            try:
+                sent = yield yielded
+            except BaseException as error:  # a cancellation or close goes on into the coroutine
+                try:
+                    yielded = self._coroutine.throw(error)
+                except StopIteration as stop:
+                    return cast(T, stop.value)
+            else:
+                try:
+                    yielded = self._coroutine.send(sent)
+                except StopIteration as stop:
+                    return cast(T, stop.value)
+
+
+def start_eagerly(coroutine: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+    """Run `coroutine` at once up to its first `await`, as a TypeScript async call does, the rest in a task.
+
+    `asyncio.ensure_future` would start it only on a later turn of the loop, after the caller has
+    returned; a prompt started so would never meet the busy slot the caller still holds.
+    """
+    if sys.version_info >= (3, 12):
+        return asyncio.eager_task_factory(asyncio.get_running_loop(), coroutine)
+    started = _Started(coroutine)
+
+    async def rest() -> T:
+        return await started
+
+    return asyncio.ensure_future(rest())
 
 
 def run_async(scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -491,7 +544,7 @@ def test_a_model_that_raises_after_a_cancellation_ends_the_run_as_aborted() -> N
 
 
 @pytest.mark.lab9_2
-@pytest.mark.edits("Agent._emit")
+@pytest.mark.edits("Agent.prompt", "Agent._emit")
 def test_a_run_started_by_a_run_end_listener_is_not_undone_by_the_old_cleanup(tmp_path: Path) -> None:
     """run_end 监听者启动的新运行不受旧运行清理的影响：它仍在运行、挡住第三次 prompt，生命周期顺序正确吗？"""
 
@@ -503,7 +556,9 @@ def test_a_run_started_by_a_run_end_listener_is_not_undone_by_the_old_cleanup(tm
 
         def start_second(event: AgentEvent) -> None:
             if event.type == "run_end" and event.run_id == 1:
-                second.append(asyncio.ensure_future(prompt(agent, "second")))
+                # Started at once, inside the old run's run_end: it takes the free slot before the old
+                # prompt has returned, as the course's synchronous prompt() does.
+                second.append(start_eagerly(agent.prompt("second")))
 
         def record(event: AgentEvent) -> None:
             if event.type in ("run_start", "run_end"):
@@ -516,17 +571,25 @@ def test_a_run_started_by_a_run_end_listener_is_not_undone_by_the_old_cleanup(tm
         model.complete(0, assistant_message([text("first done")]))
         assert (await first).reason == "stop"
         assert second
+        if second[0].done():
+            second[0].result()  # a refused or failed second prompt shows here, not as a hang
         await model.started(2)
         assert len(model.streams) == 2
         assert roles(model.requests[1].messages) == ["user", "assistant", "user"]
         assert text_of(model.requests[1].messages[-1]) == "second"
 
+        third = start_eagerly(agent.prompt("parallel third"))
+        await asyncio.sleep(0)
+        if len(model.streams) > 2:
+            model.complete(2, assistant_message([text("wrongly admitted")]))
         with pytest.raises(RuntimeError, match="Agent is busy"):
-            await agent.prompt("parallel third")
+            await asyncio.wait_for(third, HANG)
         assert len(model.streams) == 2
 
         model.complete(1, assistant_message([text("second done")]))
-        assert (await second[0]).reason == "stop"
+        result = await asyncio.wait_for(second[0], HANG)
+        surface_stubs(agent, result)
+        assert result.reason == "stop"
         assert agent.get_state().status == "idle"
         assert lifecycle == ["run_start:1", "run_end:1", "run_start:2", "run_end:2"]
 

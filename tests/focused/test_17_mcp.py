@@ -98,6 +98,27 @@ def run(coroutine: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(coroutine)
 
 
+#: How many turns of the event loop an in-memory handshake may take before a test calls it a hang: it
+#: takes a few dozen, and a client that does not recognise the answer would otherwise wait for the
+#: test's own 10 s time-out. Turns, not a clock: a busy machine makes them slower, not fewer.
+HANDSHAKE_TURNS = 2_000
+
+
+async def handshake(client: McpClient, transport: InMemoryTransport) -> None:
+    """`client.connect(transport)` over an in-memory pair, a hang turned into a red at once."""
+    connecting = asyncio.ensure_future(client.connect(transport))
+    for _ in range(HANDSHAKE_TURNS):
+        if connecting.done():
+            connecting.result()  # the connect's own error, if it failed
+            return
+        await asyncio.sleep(0)
+    connecting.cancel()
+    await asyncio.gather(connecting, return_exceptions=True)
+    raise AssertionError(
+        f"connect 在 {HANDSHAKE_TURNS} 轮事件循环内没有结束：服务器已经回答了 initialize，客户端认出这条响应了吗？"
+    )
+
+
 async def settle(condition: Callable[[], bool], what: str, *, turns: int = 2_000) -> None:
     """Give the loop turns until `condition` holds (never a clock); fail naming `what` if it never does."""
     for _ in range(turns):
@@ -145,6 +166,17 @@ class FakeServerOptions:
     on_call: Callable[[str, Any], Any] | None = None
 
 
+def sent_request(message: JsonRpcMessage) -> bool:
+    """The test server's own reading of a request: it never relies on the predicates under test, so a
+    wrong predicate fails the test that checks it at once instead of leaving the client unanswered."""
+    return isinstance(message, dict) and "id" in message and isinstance(message.get("method"), str)
+
+
+def sent_notification(message: JsonRpcMessage) -> bool:
+    """The test server's own reading of a notification (a method and no id)."""
+    return isinstance(message, dict) and "id" not in message and isinstance(message.get("method"), str)
+
+
 class FakeServer:
     """An in-memory MCP server with only the handshake, tools/list and tools/call."""
 
@@ -158,11 +190,11 @@ class FakeServer:
 
     def requests(self, method: str) -> list[JsonRpcMessage]:
         """The requests of `method` received so far, in order."""
-        return [m for m in self.received if is_json_rpc_request(m) and m["method"] == method]
+        return [m for m in self.received if sent_request(m) and m["method"] == method]
 
     def notifications(self, method: str) -> list[JsonRpcMessage]:
         """The notifications of `method` received so far, in order."""
-        return [m for m in self.received if is_json_rpc_notification(m) and m["method"] == method]
+        return [m for m in self.received if sent_notification(m) and m["method"] == method]
 
     async def until(self, condition: Callable[[], bool]) -> None:
         """Wait until the messages received make `condition` true (checked on every arrival)."""
@@ -178,7 +210,7 @@ class FakeServer:
             if waiter[0]() and not waiter[1].done():
                 waiter[1].set_result(None)
                 self._waiters.remove(waiter)
-        if not is_json_rpc_request(message) or message["method"] in self.options.silent:
+        if not sent_request(message) or message["method"] in self.options.silent:
             return
         task = asyncio.get_running_loop().create_task(self._answer(message))
         self._tasks.add(task)
@@ -267,7 +299,7 @@ async def connected(
     pair = create_in_memory_transport_pair()
     server = await serve_mcp(pair.server, options)
     client = McpClient(name="course", version="0", request_timeout_ms=request_timeout_ms)
-    await client.connect(pair.client)
+    await handshake(client, pair.client)
     return Connected(client, server, pair.client, pair.server)
 
 
@@ -407,7 +439,7 @@ def test_an_unsupported_version_fails_connect_closes_and_refuses_later_requests(
         closed = []
         client_end.on_close(lambda: closed.append(True))
         with raises_plain("unsupported protocol version 1999-01-01"):
-            await client.connect(client_end)
+            await handshake(client, client_end)
         assert client.connection_state == "closed"
         assert closed == [True]
         await quiet()
@@ -423,7 +455,7 @@ def test_an_unsupported_version_fails_connect_closes_and_refuses_later_requests(
         older = create_in_memory_transport_pair()
         await serve_mcp(older.server, FakeServerOptions(protocol_version="2024-11-05"))
         compatible = McpClient(name="course", version="0")
-        await compatible.connect(older.client)
+        await handshake(compatible, older.client)
         assert compatible.protocol_version == "2024-11-05"
         await compatible.close()
 

@@ -248,8 +248,9 @@ def test_grade_writes_both_versions_where_asked(
 
 @pytest.mark.parametrize("version", class_report.VERSIONS)
 def test_the_page_is_titled_with_the_whole_courses_title(real_course: Course, version: str) -> None:
-    """Do the <title> and <h1> carry course.toml's [course] title, and no checkpoint's title?"""
-    title = tomllib.loads((real_course.root / "course.toml").read_text(encoding="utf-8"))["course"]["title"]
+    """Do the <title> and <h1> carry course.toml's [course] title in the run's language, and no checkpoint's?"""
+    written = tomllib.loads((real_course.root / "course.toml").read_text(encoding="utf-8"))["course"]
+    title = written["title_en"] if i18n.wants_english() else written["title"]
     checkpoint = real_course.checkpoints[-1]
     root = parsed(render(real_course, checkpoint, version))
     for heading in (text_of(one(root, ".//h:title")), text_of(one(root, ".//h:h1"))):

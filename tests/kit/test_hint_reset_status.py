@@ -341,11 +341,34 @@ def test_a_fresh_folder_has_an_agent_guide_naming_the_commands(
     assert not any("\u4e00" <= char <= "\u9fff" for char in guide)
 
 
+@pytest.mark.usefixtures("chinese")
 def test_a_chinese_course_gets_its_agent_guide_in_chinese(real_course: Course, tmp_path: Path) -> None:
-    """In a practice folder of the (Chinese) course, is the agent guide in Chinese whatever the learner's locale?"""
+    """In a Chinese run, is the agent guide of the (Chinese) course in Chinese, with the chapter's own notes?"""
     lab_checkpoint = next(cp for cp in real_course.checkpoints if not cp.observation)
     folder = make_folder(real_course, lab_checkpoint, tmp_path / "p")
     guide = (folder / "AGENT-GUIDE.md").read_text(encoding="utf-8")
     assert "陪学 Agent 指南" in guide and "一次只建议一个动作" in guide
     assert f"`pi-course hint {lab_checkpoint.first_lab.id}`" in guide
     assert "How to help" not in guide
+    notes = lab_checkpoint.agent_notes
+    assert notes is not None
+    for line in (
+        f"- 先预测：{notes.predict}",
+        f"- 暂不讲，不要引入：{notes.not_yet}",
+        f"- 验收解释：{notes.acceptance}",
+    ):
+        assert line in guide.splitlines(), line
+
+
+def test_an_english_run_gets_the_agent_guide_and_the_chapter_notes_in_english(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """With --lang en, is every line of the agent guide English, the chapter's notes included?"""
+    for checkpoint in (real_course.checkpoints[0], real_course.checkpoints[-1]):
+        folder = make_folder(real_course, checkpoint, tmp_path / checkpoint.id)
+        guide = (folder / "AGENT-GUIDE.md").read_text(encoding="utf-8")
+        notes = checkpoint.agent_notes_en
+        assert notes is not None
+        assert f"- Predict first: {notes.predict}" in guide.splitlines()
+        assert f"- Explaining the acceptance: {notes.acceptance}" in guide.splitlines()
+        assert not any("\u4e00" <= char <= "\u9fff" for char in guide), checkpoint.id

@@ -275,8 +275,31 @@ def test_every_lab_and_checkpoint_of_the_course_has_its_english_title_and_hints(
             assert not [hint for hint in lab.hints_en if chinese_line(QUOTED.sub("", hint))], lab.id
 
 
+def test_the_course_title_names_the_whole_course_in_the_run_s_language(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """Does the checkpoint listing open with the whole course's title: Chinese by default, title_en in English?"""
+    assert real_course.title_en and not chinese_line(real_course.title_en)
+    assert CJK.search(real_course.title)
+    course = ["--course", str(real_course.root)]
+    assert _run(["checkpoint", *course], tmp_path, None).splitlines()[0].startswith(real_course.title)
+    english = _run(["checkpoint", *course], tmp_path, "en_US.UTF-8").splitlines()[0]
+    assert english.startswith(real_course.title_en)
+
+
+def test_every_checkpoint_has_its_agent_notes_in_chinese_and_in_english(real_course: Course) -> None:
+    """Does every checkpoint carry the three agent notes in Chinese, and their English forms with no Chinese?"""
+    for checkpoint in real_course.checkpoints:
+        zh, en = checkpoint.agent_notes, checkpoint.agent_notes_en
+        assert zh is not None and en is not None, checkpoint.id
+        assert all(CJK.search(text) for text in (zh.predict, zh.not_yet, zh.acceptance)), checkpoint.id
+        assert not [text for text in (en.predict, en.not_yet, en.acceptance) if chinese_line(text)], (
+            checkpoint.id
+        )
+
+
 def test_the_chinese_course_in_an_english_locale_speaks_english(real_course: Course, tmp_path: Path) -> None:
-    """Under LANG=en_US.UTF-8, do the guide, check (with a wrong value planted) and hint of 01 show no Chinese?"""
+    """Under LANG=en_US.UTF-8, do both guides, check (with a wrong value planted) and hint of 01 show no Chinese?"""
     checkpoint = next(c for c in real_course.checkpoints if not c.observation)
     folder = tmp_path / "practice"
     _run(["practice", checkpoint.id, str(folder)], tmp_path, "en_US.UTF-8")
@@ -289,6 +312,7 @@ def test_the_chinese_course_in_an_english_locale_speaks_english(real_course: Cou
     )
     outputs = {
         "LAB-GUIDE.md": (folder / "LAB-GUIDE.md").read_text(encoding="utf-8"),
+        "AGENT-GUIDE.md": (folder / "AGENT-GUIDE.md").read_text(encoding="utf-8"),
         "check": _run(["check"], folder, "en_US.UTF-8"),
         "hint": _run(["hint", checkpoint.labs[0].id], folder, "en_US.UTF-8"),
     }

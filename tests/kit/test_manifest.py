@@ -82,6 +82,10 @@ def write(tmp_path: Path, text: str) -> Path:
             "not in given_files",
         ),
         (("points = 50\nhints", "points = -1\nhints"), "must be a number >= 0"),
+        (
+            ('title = "a counter"', 'title = "a counter"\nagent_predict = "a guess"'),
+            "agent_not_yet' is missing",
+        ),
         (("[course]", "[course"), "not valid TOML"),
     ],
 )

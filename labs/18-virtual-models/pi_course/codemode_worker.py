@@ -1,7 +1,7 @@
 """The codemode worker process: one fresh QuickJS VM runs one script for its host.
 
-The host starts this interpreter on `worker_main()` for every execution (`codemode.worker_command`),
-writes `CodemodeWorkerData` as the first line of the worker's stdin and reads the worker's messages
+The host starts this interpreter on `worker_main()` for every execution (`codemode.worker_command`,
+one started ahead of need by `codemode.start_worker`), writes `CodemodeWorkerData` as the first line of the worker's stdin and reads the worker's messages
 from its stdout (`codemode_protocol`). The worker passes tool calls and `console.*` output on to the host and
 reports how the script settled. When the script ends, times out or is cancelled, the host kills the
 process: a script spinning in the VM can never hold up the host's own event loop.
@@ -12,6 +12,7 @@ Importing this module starts nothing.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -39,8 +40,21 @@ class QuickJSVM:
         import quickjs  # type: ignore[import-untyped]  # the binding has no stubs: typed by this class
 
         self._context = quickjs.Context()
+        self._memory_limit_bytes = memory_limit_bytes
         if memory_limit_bytes is not None:
             self._context.set_memory_limit(memory_limit_bytes)
+        # The prelude takes this away before the script runs, and calls it before it reports the end.
+        self._context.add_callable(protocol.HEADROOM_GLOBAL, self._headroom)
+
+    def _headroom(self) -> None:
+        """Raise the memory limit by a fixed amount (once): room to report how the script ended."""
+        if self._memory_limit_bytes is not None:
+            self._context.set_memory_limit(self._memory_limit_bytes + protocol.REPORT_HEADROOM_BYTES)
+
+    @staticmethod
+    def preload() -> None:
+        """Import the binding now, so that a worker started ahead of need has it ready."""
+        importlib.import_module("quickjs")
 
     def add_callable(self, name: str, function: Callable[..., None]) -> None:
         """Make a Python function callable from the VM as the global `name`."""
@@ -143,6 +157,7 @@ def worker_main() -> None:
     sys.stdout = sys.stderr
     incoming = sys.stdin.buffer
     try:
+        QuickJSVM.preload()  # before the host's data arrives: a worker is started ahead of need
         data = protocol.parse_codemode_worker_data(incoming.readline())
         if data is None:
             raise ValueError("the first line is not CodemodeWorkerData")

@@ -9,15 +9,20 @@ a bounded record on the parent result. The `codemode` tool itself is model-only:
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import copy
 import dataclasses
 import json
 import math
+import os
 import re
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from signal import SIGSEGV
 from typing import Any, Literal, TypeAlias
 
 from .agent_loop import ToolExecutor
@@ -169,6 +174,106 @@ def worker_command() -> list[str]:
     return [sys.executable, "-c", bootstrap]
 
 
+class WorkerProcess:
+    """One worker process, its stdin and stdout as streams of the running event loop."""
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        stdin: asyncio.StreamWriter,
+        stdout: asyncio.StreamReader,
+        reading: asyncio.BaseTransport,
+    ) -> None:
+        self._popen = popen
+        self.stdin = stdin
+        self.stdout = stdout
+        self._reading = reading
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status, None while it runs (negative: the signal that ended it)."""
+        return self._popen.poll()
+
+    async def wait(self) -> int:
+        """Wait until the process has ended; its exit status."""
+        while (code := self._popen.poll()) is None:
+            await asyncio.sleep(0.005)
+        return code
+
+    async def end(self) -> None:
+        """Kill the process if it still runs, close both pipes, and wait for it."""
+        if self._popen.poll() is None:
+            self._popen.kill()
+        self.stdin.close()
+        self._reading.close()
+        await self.wait()
+
+
+# The next worker, started ahead of need: an interpreter takes 100-250 ms to start and import quickjs,
+# longer than the course's shortest deadline. It is a plain process, bound to no event loop, and still
+# serves one execution only. A fork of this process (a grading fork server) does not inherit it.
+_spare: tuple[list[str], subprocess.Popen[bytes]] | None = None
+
+
+def _spawn(command: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+
+def _discard_spare() -> None:
+    global _spare
+    if _spare is not None:
+        popen = _spare[1]
+        _spare = None
+        popen.kill()
+        popen.wait()
+        for pipe in (popen.stdin, popen.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def _forget_spare_in_child() -> None:
+    global _spare
+    if _spare is not None:
+        for pipe in (_spare[1].stdin, _spare[1].stdout):
+            if pipe is not None:
+                pipe.close()
+        _spare = None
+
+
+atexit.register(_discard_spare)
+os.register_at_fork(after_in_child=_forget_spare_in_child)
+
+
+async def start_worker() -> WorkerProcess:
+    """A fresh worker process for one execution (the one started ahead when it is ready), its pipes on
+    the running loop; then the next one is started ahead. Raises OSError when no process can start."""
+    global _spare
+    command = worker_command()
+    popen = None
+    if _spare is not None:
+        if _spare[0] == command and _spare[1].poll() is None:
+            popen = _spare[1]
+            _spare = None
+        else:
+            _discard_spare()
+    if popen is None:
+        popen = _spawn(command)
+    with contextlib.suppress(OSError):  # the next execution starts its own worker, or reports why not
+        _spare = (command, _spawn(command))
+    assert popen.stdin is not None and popen.stdout is not None
+    loop = asyncio.get_running_loop()
+    stdout = asyncio.StreamReader(limit=READ_CHUNK_BYTES, loop=loop)
+    try:
+        reading, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout), popen.stdout)
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, popen.stdin)
+    except BaseException:  # cancelled meanwhile, say: the process is nobody's, so it ends here
+        popen.kill()
+        popen.wait()
+        raise
+    stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+    return WorkerProcess(popen, stdin, stdout, reading)
+
+
 @dataclass
 class PendingCall:
     """A tool call the host is still running for the script."""
@@ -201,7 +306,7 @@ class Execution:
         self.output: list[str] = []
         self.calls: list[CodemodeCall] = []
         self.pending: dict[int, PendingCall] = {}
-        self.process: asyncio.subprocess.Process | None = None
+        self.process: WorkerProcess | None = None
         self._error: CodemodeError | None = None
         self._value: object = None
         self._fault: BaseException | None = None
@@ -275,12 +380,7 @@ class Execution:
             memory_limit_bytes=self.memory_limit_bytes,
         )
         try:
-            process = await asyncio.create_subprocess_exec(
-                *worker_command(),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL,
-            )
+            process = await start_worker()
         except OSError as error:
             self._finish(
                 CodemodeError(kind="sandbox", message=f"Failed to start worker: {_message_of(error)}")
@@ -299,18 +399,12 @@ class Execution:
         The stream is read in chunks and split here: a script that prints in a loop writes many small
         lines, and one await per chunk instead of per line keeps the host far ahead of it.
         """
-        assert self.process is not None and self.process.stdout is not None
+        assert self.process is not None
         pending = bytearray()
         while not self._finished.is_set():
             chunk = await self.process.stdout.read(READ_CHUNK_BYTES)
             if not chunk:
-                code = await self.process.wait()
-                self._finish(
-                    CodemodeError(
-                        kind="sandbox",
-                        message=f"Worker exited with code {code} before the script settled",
-                    )
-                )
+                self._finish(_exit_error(await self.process.wait(), self.memory_limit_bytes))
                 return
             pending += chunk
             end = pending.rfind(b"\n")
@@ -326,7 +420,7 @@ class Execution:
 
     async def post_line(self, line: bytes) -> None:
         """Write one protocol line to the worker; a worker already gone is not an error here."""
-        if self.process is None or self.process.stdin is None:
+        if self.process is None:
             return
         try:
             self.process.stdin.write(line)
@@ -403,13 +497,8 @@ class Execution:
             self._timer.cancel()
         if self.signal is not None:
             self.signal.remove_event_listener("abort", self._abort_listener)
-        process = self.process
-        if process is not None:
-            if process.returncode is None:
-                process.kill()
-            if process.stdin is not None:
-                process.stdin.close()
-            await process.wait()
+        if self.process is not None:
+            await self.process.end()
         # Their signals fired in _finish; what has not ended by now is cancelled, and awaited.
         tasks = list(self._tasks)
         for task in tasks:
@@ -447,6 +536,20 @@ class Execution:
 
 
 # ## Lab 16.1 · one script, one execution (continued)
+
+
+def _exit_error(code: int, memory_limit_bytes: int | None) -> CodemodeError:
+    """Why a worker that ended before the script settled failed (given).
+
+    The binding's QuickJS can crash inside its own out-of-memory path, while it adds a stack to the
+    error it is throwing. Under a memory limit that crash is the script running out of memory, and it is
+    reported as the course reports out of memory: a script error.
+    """
+    if code == -SIGSEGV and memory_limit_bytes is not None:
+        return CodemodeError(
+            kind="script", message="out of memory", name="InternalError", stack="InternalError: out of memory"
+        )
+    return CodemodeError(kind="sandbox", message=f"Worker exited with code {code} before the script settled")
 
 
 def _script_error(error_json: str) -> CodemodeError:

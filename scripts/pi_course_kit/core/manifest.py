@@ -52,6 +52,22 @@ class Lab:
 
 
 @dataclass(frozen=True)
+class AgentNotes:
+    """A chapter's notes for a companion agent (AGENT-GUIDE.md), in one language."""
+
+    #: What to have the learner predict before a run.
+    predict: str
+    #: What the chapter does not teach yet: the agent must not bring it in.
+    not_yet: str
+    #: How to explain what passing the labs proves.
+    acceptance: str
+
+
+#: The manifest keys of a checkpoint's agent notes, in AgentNotes's field order (`_en` added for English).
+AGENT_NOTE_KEYS = ("agent_predict", "agent_not_yet", "agent_acceptance")
+
+
+@dataclass(frozen=True)
 class Mutation:
     """A named, readable change to a solution file that the focused tests must catch."""
 
@@ -99,11 +115,21 @@ class Checkpoint:
     title_en: str = ""
     #: Held-out focused tests (under tests/held_out/): graded beside the public ones, never given to learners.
     held_out: tuple[str, ...] = ()
+    #: The chapter's notes for a companion agent, in the course's language and in English (optional).
+    agent_notes: AgentNotes | None = None
+    agent_notes_en: AgentNotes | None = None
 
     @property
     def shown_title(self) -> str:
         """The title in the run's language: `title_en` when the run speaks English and the course does not."""
         return self.title_en if self.title_en and i18n.wants_english() else self.title
+
+    @property
+    def shown_agent_notes(self) -> AgentNotes | None:
+        """The agent notes in the run's language, like `shown_title`."""
+        if self.agent_notes_en is not None and i18n.wants_english():
+            return self.agent_notes_en
+        return self.agent_notes
 
     @property
     def observation(self) -> bool:
@@ -159,6 +185,13 @@ class Course:
     #: Distributions the learner's package imports beyond the standard library (the grading sandbox
     #: binds them beside the test tools).
     requires: tuple[str, ...] = ()
+    #: The title in English, for a run in English of a course in another language (optional).
+    title_en: str = ""
+
+    @property
+    def shown_title(self) -> str:
+        """The title in the run's language: `title_en` when the run speaks English and the course does not."""
+        return self.title_en if self.title_en and i18n.wants_english() else self.title
 
     @property
     def root(self) -> Path:
@@ -292,6 +325,18 @@ def _held_out(reader: _Reader) -> tuple[str, ...]:
     return paths
 
 
+def _agent_notes(reader: _Reader, suffix: str) -> AgentNotes | None:
+    """The agent notes under the keys AGENT_NOTE_KEYS + `suffix`: all three, or none."""
+    keys = [key + suffix for key in AGENT_NOTE_KEYS]
+    values = [reader.optional_text(key) for key in keys]
+    if all(value is None for value in values):
+        return None
+    missing = [key for key, value in zip(keys, values, strict=True) if value is None]
+    if missing:
+        raise reader._fail(missing[0], f"is missing; {', '.join(keys)} are given together")
+    return AgentNotes(*(value for value in values if value is not None))
+
+
 def _checkpoint(reader: _Reader) -> Checkpoint:
     kind = reader.choice("kind", KINDS)
     labs = tuple(_lab(r) for r in reader.tables("labs"))
@@ -322,6 +367,8 @@ def _checkpoint(reader: _Reader) -> Checkpoint:
         kind=kind,
         title_en=reader.text("title_en", default="", allow_empty=True),
         held_out=_held_out(reader),
+        agent_notes=_agent_notes(reader, ""),
+        agent_notes_en=_agent_notes(reader, "_en"),
     )
     stray = sorted(set(checkpoint.inherited_files) - set(checkpoint.given_files))
     if stray:
@@ -395,6 +442,7 @@ def load(path: Path | None = None) -> Course:
         language=info.text("language"),
         checkpoints=checkpoints,
         requires=info.texts("requires"),
+        title_en=info.text("title_en", default="", allow_empty=True),
     )
     # The course's language is the default of every message from here on (kit and learner alike).
     i18n.set_course_language(course.language)

@@ -2,16 +2,19 @@
 
 Many learners work with a coding agent open next to them. Left alone, an agent writes the answer; this
 page, which the learner points it at, asks it to coach instead: one action at a time, the first
-failure's layer, hints that grow slowly, never the whole answer. It is written in the course's
-language (course.toml's `[course] language`, through the catalog), whatever the learner's locale is.
+failure's layer, hints that grow slowly, never the whole answer. It speaks the run's language, like
+the folder's other guides: the kit's lines through the catalog, the chapter's own notes (what to have
+the learner predict, what is not taught yet, how to explain the acceptance) from course.toml.
 
 Standard library only, like the rest of `practice`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+from pi_course_kit.core import i18n
 from pi_course_kit.core.i18n import translation
 from pi_course_kit.core.manifest import Checkpoint, Course
 
@@ -19,8 +22,8 @@ AGENT_GUIDE = "AGENT-GUIDE.md"
 
 
 def agent_guide(course: Course, checkpoint: Checkpoint, notebook: str | None) -> str:
-    """The guide's Markdown, in the course's language."""
-    _ = translation([course.language]).gettext
+    """The guide's Markdown, in the run's language."""
+    _ = translation(["en" if i18n.wants_english() else course.language]).gettext
     first = checkpoint.first_lab
     reading = ["LAB-GUIDE.md", "CONTRACT.md" if checkpoint.contract else "", notebook or ""]
     shown = ", ".join(f"`{name}`" for name in reading if name)
@@ -77,6 +80,7 @@ def agent_guide(course: Course, checkpoint: Checkpoint, notebook: str | None) ->
             "- Do not run `pi-course reset` without asking: it replaces the learner's code (a backup is kept)."
         ),
         "",
+        *_chapter_notes(checkpoint, _),
         _("## What to read first"),
         "",
         _(
@@ -85,6 +89,21 @@ def agent_guide(course: Course, checkpoint: Checkpoint, notebook: str | None) ->
         "",
     ]
     return "\n".join(lines)
+
+
+def _chapter_notes(checkpoint: Checkpoint, _: Callable[[str], str]) -> list[str]:
+    """The chapter's own section: what to have the learner predict, what is not taught yet, the acceptance."""
+    notes = checkpoint.shown_agent_notes
+    if notes is None:
+        return []
+    return [
+        _("## This chapter"),
+        "",
+        _("- Predict first: {text}").format(text=notes.predict),
+        _("- Not taught yet, do not bring it in: {text}").format(text=notes.not_yet),
+        _("- Explaining the acceptance: {text}").format(text=notes.acceptance),
+        "",
+    ]
 
 
 def write_agent_guide(course: Course, checkpoint: Checkpoint, root: Path, notebook: str | None) -> None:

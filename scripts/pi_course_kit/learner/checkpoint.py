@@ -52,7 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def listing(course: Course) -> list[str]:
     """One line per checkpoint."""
-    lines = [_("{title}: {count} checkpoint(s)").format(title=course.title, count=len(course.checkpoints))]
+    lines = [
+        _("{title}: {count} checkpoint(s)").format(title=course.shown_title, count=len(course.checkpoints))
+    ]
     for cp in course.checkpoints:
         required = len(cp.required_labs)
         extra = len(cp.labs) - required

@@ -223,6 +223,12 @@ def parse_host_to_worker_message(line: str | bytes) -> HostToWorkerMessage | Non
 
 #: The name under which the worker hands its bridge function to the VM, for the prelude to take it away.
 BRIDGE_GLOBAL = "__codemode_bridge"
+#: The name of the VM's own function that the prelude calls before it reports how the script ended, and
+#: takes away like the bridge: it gives the VM room to build the report when the script has used up its
+#: memory limit.
+HEADROOM_GLOBAL = "__codemode_headroom"
+#: How much that room is, in bytes beyond the memory limit.
+REPORT_HEADROOM_BYTES = 4 * 1024 * 1024
 
 # The prelude is JavaScript that the worker evaluates in the fresh VM before the script. The VM is a
 # separate engine in a separate process, so this is not a realm boundary: the prelude closes the host's
@@ -237,9 +243,13 @@ BRIDGE_GLOBAL = "__codemode_bridge"
 #   no I/O in the VM, nothing could ever wake it.
 #
 # Reading a `tools.<name>` that does not exist throws a TypeError naming close names at once, instead of
-# a later "not a function".
-PRELUDE_SOURCE = r"""(function (bridge, toolsJson) {
+# a later "not a function". Before it builds a report of how the script ended, the prelude calls the VM's
+# `headroom` function (HEADROOM_GLOBAL): a script that ran out of memory is still reported as such.
+PRELUDE_SOURCE = (
+    r"""(function (bridge, toolsJson) {
   "use strict";
+  const headroom = typeof globalThis.HEADROOM_GLOBAL === "function" ? globalThis.HEADROOM_GLOBAL : () => {};
+  delete globalThis.HEADROOM_GLOBAL;
   // Our own references: the script may replace these globals once it runs.
   const toJson = JSON.stringify;
   const fromJson = JSON.parse;
@@ -399,12 +409,14 @@ PRELUDE_SOURCE = r"""(function (bridge, toolsJson) {
       body = evaluate("(async function (tools, console) {" + code + "\n})");
       running = body(tools, console);
     } catch (error) {
+      headroom();
       report(false, failure(error));
       return;
     }
     then.call(
       running,
       (value) => {
+        headroom();
         let json;
         try {
           json = encode(value);
@@ -414,12 +426,16 @@ PRELUDE_SOURCE = r"""(function (bridge, toolsJson) {
         }
         report(true, json);
       },
-      (error) => report(false, failure(error)),
+      (error) => {
+        headroom();
+        report(false, failure(error));
+      },
     );
   }
 
   function stalled() {
     if (settled || waiting.size > 0) return false;
+    headroom();
     report(false, toJson({
       name: "Error",
       message: "The script is waiting on a promise that can never settle: no tool call is pending, " +
@@ -434,4 +450,7 @@ PRELUDE_SOURCE = r"""(function (bridge, toolsJson) {
     if (command === "stalled") return stalled();
     return undefined;
   };
-})""".replace("MAX_OUTPUT_CHARS", str(MAX_OUTPUT_CHARS)).replace("MAX_OUTPUT_ITEMS", str(MAX_OUTPUT_ITEMS))
+})""".replace("MAX_OUTPUT_CHARS", str(MAX_OUTPUT_CHARS))
+    .replace("MAX_OUTPUT_ITEMS", str(MAX_OUTPUT_ITEMS))
+    .replace("HEADROOM_GLOBAL", HEADROOM_GLOBAL)
+)

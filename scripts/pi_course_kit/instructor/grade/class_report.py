@@ -412,8 +412,8 @@ def render(
     stats = statistics(course, records)
     instructor = version == INSTRUCTOR
     mark = _("instructor_mark") if instructor else _("class_mark")
-    # The whole course's title (course.toml's [course] title), never one checkpoint's.
-    heading = f"{_('title')} · {course.title}"
+    # The whole course's title (course.toml's [course] title, or title_en in English), never one checkpoint's.
+    heading = f"{_('title')} · {course.shown_title}"
     statuses = texts.list_separator().join(
         f"{texts.record_status(k)} {v}" for k, v in sorted(stats.statuses.items())
     )
