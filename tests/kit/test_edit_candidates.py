@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import load_real_course
-from pi_course_kit.core import records
+from pi_course_kit.core import i18n, records
 from pi_course_kit.core.manifest import Checkpoint, Course, Mutation
 from pi_course_kit.core.runner import RunResult, run_tests
 from pi_course_kit.instructor import prewarmed
@@ -155,3 +155,31 @@ def test_a_type_error_in_a_later_lab_is_blamed_on_the_lab_that_owns_the_line(
     assert str(step.location).startswith(f"{mutation.file}:")
     row = result.lab("1.1")
     assert row is not None and row.blocked_by == "1.2"
+
+
+@pytest.mark.parametrize(
+    ("language", "header"),
+    [("en", "  edit: the test ran 5 of your functions"), ("zh_CN", "  修改：这个测试运行了你的 5 个")],
+)
+def test_candidates_are_named_in_order_with_how_many_more(language: str, header: str) -> None:
+    """When the test ran several functions that may hold the mistake, does the step name each on a line
+    of its own, in the report's order, and say how many more it ran, in the run's language?"""
+    i18n.use(language)
+    step = records.NextStep(
+        lab="9.3",
+        status=records.Status.FAILING,
+        location="pi_course/agent.py:310",
+        function="Agent._deliver, Agent._emit, Agent.get_state",
+        candidates=(
+            "pi_course/agent.py:310 (Agent._deliver)",
+            "pi_course/agent.py:238 (Agent._emit)",
+            "pi_course/agent.py:214 (Agent.get_state)",
+        ),
+        more_candidates=2,
+        command='python -m pytest -m "lab9_3"',
+    )
+    lines = records.step_lines(step)
+    at = next(i for i, line in enumerate(lines) if line.startswith(header))
+    assert [line.strip() for line in lines[at + 1 : at + 4]] == list(step.candidates)
+    assert "2" in lines[at + 4] and "agent.py" not in lines[at + 4]
+    assert sum("Agent." in line for line in lines) == 3  # each candidate once, no single `edit:` line too

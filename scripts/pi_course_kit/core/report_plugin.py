@@ -304,8 +304,10 @@ class RanFunctions:
                 ran.from_test = True
         for code in list(self.codes):
             ran = found.get(name_of(code) or "")
-            if ran is not None and code.co_flags & inspect.CO_COROUTINE and not ran.callers:
-                ran.from_test = True  # awaited through the event loop, by nothing of the learner's
+            if ran is not None and code.co_flags & _RESUMABLE and not ran.callers:
+                ran.from_test = (
+                    True  # driven through the event loop or a for loop, by nothing of the learner's
+                )
         return found
 
 
@@ -360,6 +362,9 @@ def package_file(root: Path, package: str, named: str) -> Path | None:
     return None
 
 
+#: Code whose frames are resumed by whoever drives them (an event loop, a for loop), not by their caller.
+_RESUMABLE = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+
 #: Methods that change the object they are called on: `self._queue.append(x)` writes `_queue`.
 _MUTATORS = frozenset(
     {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard", "setdefault"}
@@ -395,9 +400,10 @@ def rank_candidates(
     First the traceback's frame, then the functions the test names (`edits`, or its lab's one
     function). Then the others by how closely they feed the ones named: writing what those read (an
     attribute, a global, module data) and calling them count two each, being called by them and
-    being called by the test itself one each, and belonging to the test's own lab one. Ties: a
-    constructor after the rest (its first values are what every test sees first), the latest lab
-    first, then source order.
+    being called by the test itself (or driven by nothing of the learner's) one each, calling another
+    function of the test's lab one, and belonging to the test's own lab one; a constructor counts only
+    what it writes and its lab (every test builds its objects). Ties: a constructor after the rest,
+    the latest lab first, then source order.
     """
     wanted = {name for target in targets for name in (target, f"{target}.__init__")}
     named = {name for name in (framed, *wanted) if name is not None and name in ran}
@@ -406,8 +412,10 @@ def rank_candidates(
     def score(name: str, info: Ran) -> int:
         if name.endswith(".__init__"):  # every test builds its objects: that says little
             return bool(info.writes & read) + (info.owner == lab)
-        points = 2 * bool(info.writes & read) + 2 * bool(info.callers & named)
-        points += any(name in ran[other].callers for other in named) + info.from_test
+        points = 2 * bool(info.writes & read) + 2 * any(name in ran[other].callers for other in named)
+        points += bool(info.callers & named) + info.from_test
+        # It drives other functions of the test's lab (the one that calls the lab's helpers).
+        points += any(name in other.callers for other in ran.values() if other.owner == lab)
         return points + (info.owner == lab)
 
     def key(name: str) -> tuple[int, int, int, str, int]:
