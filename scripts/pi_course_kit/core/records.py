@@ -740,7 +740,8 @@ def next_step(
     if row is not None and row.status == BLOCKED and row.blocked_by:
         if row.blocked_by in by_id and by_id[row.blocked_by].total:
             row = by_id[row.blocked_by]
-        lab = next((info for info in labs if info.id == row.blocked_by or info.id == row.id), lab)
+        # The blocker, earlier or (a checker's line in a later lab's code) later than the blocked lab.
+        lab = next((info for info in labs if info.id == row.blocked_by), lab)
     failure = row.first_failure if row is not None else None
     if row is not None and row.id != lab.id:  # the blocked lab's failure stands for its blocker's
         row = LabSummary(lab.id, lab.title, lab.optional, status=FAILING, first_failure=failure, total=1)
