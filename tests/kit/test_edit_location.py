@@ -4,7 +4,8 @@ For every required lab of every checkpoint (course.toml's, so a new checkpoint a
 its named mutations that lies inside one of the lab's own functions is planted in a practice folder at
 the solution; the lab's tests then run, and the report's next step must send the learner to that very
 function. Most mutations are wrong values, not exceptions: the failure's traceback runs through none of
-the learner's code, and only the test's `edits` marker (or a lab's single function) can say where to look.
+the learner's code, and the report ranks the functions the test ran, the test's `edits` marker (or a
+lab's single function) first. `test_edit_candidates.py` plants every named mutation, not one per lab.
 
 Also here: every focused test of a lab with several functions names, with `@pytest.mark.edits(...)`, a
 function of its own lab.

@@ -105,6 +105,11 @@ class TestRecord:
     diff: list[str] = field(default_factory=list)
     #: Seconds the deciding phase took (pytest's report.duration): the JUnit file's testcase time.
     duration: float = 0.0
+    #: When the test ran several of the learner's functions that may hold the mistake: each as
+    #: `path:line (function)`, likeliest first (`function` then names them all, joined by ", ").
+    candidates: list[str] = field(default_factory=list)
+    #: How many more functions the test ran that may hold it, beyond those named.
+    more_candidates: int = 0
 
     @classmethod
     def from_json(cls, data: object) -> TestRecord:
@@ -134,7 +139,14 @@ class TestRecord:
             if isinstance(diff, list)
             else [],
             duration=round(float(duration), 6) if finite and isinstance(duration, int | float) else 0.0,
+            candidates=_texts(data.get("candidates")),
+            more_candidates=min(_count(data, "more_candidates"), 10_000),
         )
+
+
+def _texts(value: object) -> list[str]:
+    """A list of short texts read back from a run (anything else: empty)."""
+    return [clean(v, 4096) for v in value[:20] if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _text(data: dict[str, Any], name: str, limit: int = 4096) -> str:
@@ -361,6 +373,55 @@ def function_at(path: Path, line: int) -> str | None:
     """The innermost function (qualified, `ObjectSchema.__init__`) holding a line of a file."""
     holding = [(name, first) for name, first, last in _functions(path) if first <= line <= last]
     return max(holding, key=lambda item: item[1])[0] if holding else None
+
+
+def function_line(path: Path, name: str) -> int | None:
+    """The `def` line of a function of a file by qualified name (`Agent._emit`), None when it has none."""
+    return next((first for qualified, first, _last in _functions(path) if qualified == name), None)
+
+
+def module_data(path: Path) -> tuple[tuple[str, int], ...]:
+    """(name, line) of every module-level name a file assigns (`_TRACE = (...)`), in source order."""
+    try:
+        info = path.stat()
+    except OSError:
+        return ()
+    return _parsed_data(str(path), info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed_data(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, int], ...]:
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError, SystemError):
+        return ()
+    found: list[tuple[str, int]] = []
+    for node in tree.body:
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        found.extend((target.id, node.lineno) for target in targets if isinstance(target, ast.Name))
+    return tuple(found)
+
+
+def defined_at(path: Path, line: int) -> str | None:
+    """The module-level name a line outside every function defines (`_TRACE = (...)`), if any."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if node.lineno <= line <= (node.end_lineno or node.lineno):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                return node.name
+            names = [target.id for target in targets if isinstance(target, ast.Name)]
+            return names[0] if names else None
+    return None
 
 
 #: A stub's raise, `LabNotImplemented("1.2", …)`: group 1 is its lab.
@@ -721,6 +782,8 @@ def next_step(
         "diff": list(failure.diff) if failure else [],
         "message": failure.message if failure else "",
         "command": f'python -m pytest -m "{lab.marker}"',
+        "candidates": list(failure.candidates) if failure and failure.location else [],
+        "more_candidates": failure.more_candidates if failure and failure.location else 0,
     }
 
 
@@ -835,10 +898,25 @@ def step_lines(step: NextStep | None, all_done_label: str | None = None) -> list
     )
     for line in step.diff:
         lines.append(_("  diff: {line}").format(line=line))
-    if step.location:
+    if step.candidates:
+        lines.extend(edit_candidate_lines(step.candidates, step.more_candidates))
+    elif step.location:
         function = f" ({step.function})" if step.function else ""
         lines.append(_("  edit: {where}").format(where=f"{step.location}{function}"))
     lines.append(_("  run:  {command}").format(command=step.command))
+    return lines
+
+
+def edit_candidate_lines(candidates: tuple[str, ...], more: int = 0) -> list[str]:
+    """The `edit:` lines when the failing test ran several functions that may hold the mistake."""
+    lines = [
+        _(
+            "  edit: the test ran {count} of your functions that may hold the mistake; look at them in this order:"
+        ).format(count=len(candidates) + more)
+    ]
+    lines.extend(f"        {where}" for where in candidates)
+    if more:
+        lines.append(_("        … and {count} more").format(count=more))
     return lines
 
 
@@ -909,6 +987,10 @@ class NextStep:
     command: str = ""
     #: The required labs not checked since the last edit, when that is all that is left.
     unchecked: tuple[str, ...] = ()
+    #: The functions the failing test ran that may hold the mistake (`path:line (function)`), when
+    #: it cannot say which one; and how many more it ran than are named.
+    candidates: tuple[str, ...] = ()
+    more_candidates: int = 0
 
     @classmethod
     def from_json(cls, data: object) -> NextStep:
@@ -934,6 +1016,8 @@ class NextStep:
             message=_text(data, "message"),
             command=_text(data, "command"),
             unchecked=texts(data.get("unchecked")),
+            candidates=tuple(_texts(data.get("candidates"))),
+            more_candidates=min(_count(data, "more_candidates"), 10_000),
         )
 
 

@@ -6,7 +6,10 @@ Set PI_COURSE_REPORT_JSON=path to also get one JSON record per line (the kit's t
 
 from __future__ import annotations
 
+import dis
+import functools
 import gc
+import inspect
 import json
 import math
 import os
@@ -18,9 +21,9 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, NoReturn
 
 import pi_course_i18n
@@ -31,11 +34,14 @@ from pi_course_records import (
     CollectError,
     NextStep,
     TestRecord,
+    defined_at,
     edit_target,
     function_at,
     function_entry,
+    function_line,
     lab_entry,
     lab_of_line,
+    module_data,
     next_step,
     parse_marker_line,
     read_progress,
@@ -181,6 +187,249 @@ def frame_location(frame: FrameType | None, root: Path) -> tuple[str, Path, int]
             return f"{shown}:{frame.f_lineno}", path, frame.f_lineno
         frame = frame.f_back
     return None
+
+
+class RanFunctions:
+    """Which functions of the learner's package a test ran: the code objects entered while it runs.
+
+    Only calls are watched, never lines: on 3.12+ `sys.monitoring` reports each code object's first
+    start once (PY_START, then DISABLE until the next test restarts the events); on 3.11 a global
+    `sys.settrace` function notes the frame's code and returns None, so no frame is traced line by
+    line. Files are told apart after the test, from the few code objects noted.
+    """
+
+    #: sys.monitoring's tool id for this report (ids 0-5 are free for tools; Hypothesis takes 4).
+    TOOL_ID = 3
+
+    def __init__(self) -> None:
+        self.codes: set[CodeType] = set()
+        #: (caller, callee) code pairs: who called what.
+        self.calls: set[tuple[CodeType, CodeType]] = set()
+        self.active = False
+        self._monitoring = hasattr(sys, "monitoring")
+
+    def start(self) -> None:
+        """Begin (or, after the fixtures' setup, go on) noting the code entered."""
+        if self._monitoring:
+            monitoring: Any = sys.monitoring
+            if monitoring.get_tool(self.TOOL_ID) is None:
+                monitoring.use_tool_id(self.TOOL_ID, "pi-course-report")
+            elif monitoring.get_tool(self.TOOL_ID) != "pi-course-report":
+                return  # another tool holds the id: no trace, the report falls back to the traceback
+            add, link, disable = self.codes.add, self.calls.add, monitoring.DISABLE
+
+            def started(code: CodeType, _offset: int) -> Any:
+                add(code)
+                frame = sys._getframe(1)  # the frame that starts, when it is the callback's caller
+                if frame.f_code is code and frame.f_back is not None:
+                    link((frame.f_back.f_code, code))
+                return disable
+
+            monitoring.register_callback(self.TOOL_ID, monitoring.events.PY_START, started)
+            monitoring.restart_events()
+            monitoring.set_events(self.TOOL_ID, monitoring.events.PY_START)
+        else:
+            if sys.gettrace() is not None:
+                return  # a debugger or coverage runs: leave its tracer alone
+            note, link = self.codes.add, self.calls.add
+
+            def trace(frame: FrameType, _event: str, _arg: object) -> None:
+                code = frame.f_code
+                note(code)
+                caller = frame.f_back
+                if caller is not None:
+                    link((caller.f_code, code))
+
+            sys.settrace(trace)
+            threading.settrace(trace)
+        self.active = True
+
+    def stop(self) -> None:
+        """Stop noting (the codes noted so far are kept)."""
+        if not self.active:
+            return
+        self.active = False
+        if self._monitoring:
+            monitoring: Any = sys.monitoring
+            monitoring.set_events(self.TOOL_ID, 0)
+        else:
+            sys.settrace(None)
+            threading.settrace(None)
+
+    def learner_functions(self, root: Path) -> dict[str, Ran]:
+        """The learner's functions that ran, by qualified name, with who called them.
+
+        A lambda, comprehension or nested function counts as the function it is written in.
+        """
+        tests = (root / "tests").resolve()
+        names: dict[CodeType, str | None] = {}
+
+        def name_of(code: CodeType) -> str | None:
+            if code not in names:
+                names[code] = learner_name(code)
+            return names[code]
+
+        found: dict[str, Ran] = {}
+        for code in list(self.codes):
+            name = name_of(code)
+            if name is None or name in found:
+                continue
+            path = Path(code.co_filename)
+            line = function_line(path, name) or code.co_firstlineno
+            try:
+                shown = path.resolve().relative_to(root.resolve()).as_posix()
+            except ValueError:
+                shown = str(path)
+            found[name] = Ran(f"{shown}:{line}", path, line)
+        for code in list(self.codes):
+            if (ran := found.get(name_of(code) or "")) is not None:
+                loaded, stored = reads_and_writes(code)
+                ran.reads |= loaded
+                ran.writes |= stored
+        # Module-level data a function that ran reads (`_TRACE`): a wrong value there shows only later.
+        reads: dict[str, set[str]] = {}
+        for code in list(self.codes):
+            if (name := name_of(code)) is not None:
+                for read in code.co_names:
+                    reads.setdefault(read, set()).add(name)
+        files = {ran.path: ran.where.rpartition(":")[0] for ran in found.values()}
+        for path, shown in files.items():
+            for data, line in module_data(path):
+                if data in reads and data not in found:
+                    found[data] = Ran(f"{shown}:{line}", path, line, callers=set(reads[data]), writes={data})
+        for caller, callee in list(self.calls):
+            ran = found.get(name_of(callee) or "")
+            if ran is None:
+                continue
+            by = name_of(caller)
+            if by is not None and by != name_of(callee):
+                ran.callers.add(by)
+            elif by is None and tests in Path(caller.co_filename).resolve().parents:
+                ran.from_test = True
+        for code in list(self.codes):
+            ran = found.get(name_of(code) or "")
+            if ran is not None and code.co_flags & _RESUMABLE and not ran.callers:
+                ran.from_test = (
+                    True  # driven through the event loop or a for loop, by nothing of the learner's
+                )
+        return found
+
+
+def learner_name(code: CodeType) -> str | None:
+    """The qualified name (`Agent._emit`) of the learner's function a code object belongs to, or None."""
+    path = Path(code.co_filename)
+    if not PACKAGE or PACKAGE not in path.parts or code.co_name == "<module>":
+        return None
+    parts = [part for part in getattr(code, "co_qualname", code.co_name).split(".") if part != "<locals>"]
+    while parts and parts[-1].startswith("<"):
+        parts.pop()
+    return ".".join(parts) or None
+
+
+@dataclass
+class Ran:
+    """A function of the learner's that a test ran: its `def` as `path:line`, and who called it."""
+
+    where: str
+    path: Path
+    line: int
+    #: Called straight from the test (or a fixture): the test checks what it returns or does.
+    from_test: bool = False
+    #: The learner's functions that called it.
+    callers: set[str] = field(default_factory=set)
+    #: The lab whose `# ## Lab` section holds its `def`.
+    owner: str | None = None
+    #: The attribute and global names it reads, and those it writes (see `reads_and_writes`).
+    reads: set[str] = field(default_factory=set)
+    writes: set[str] = field(default_factory=set)
+
+
+#: How many functions an `edit:` line names at most when the test ran several that may hold the mistake.
+MAX_CANDIDATES = 3
+#: A checker's finding as mypy prints it: `events.py:108: error: ...` (a path of the package, or its tail).
+CHECKER_LINE = re.compile(r"(?m)(?:^|[\s'\"\[(])(?P<file>[\w./\\-]+\.py):(?P<line>\d+):\s")
+
+
+def package_file(root: Path, package: str, named: str) -> Path | None:
+    """The file of the learner's package a checker's path names: the same relative path, else the one
+    file whose path ends with it (a checker run on a copy names `events.py` or `copy/pkg/events.py`)."""
+    tail = Path(named.replace("\\", "/")).parts
+    if not package or not tail:
+        return None
+    files = sorted((root / package).rglob("*.py"))
+    for size in range(len(tail), 0, -1):
+        found = [path for path in files if path.relative_to(root).parts[-size:] == tail[-size:]]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            return None  # ambiguous: several files end so
+    return None
+
+
+#: Code whose frames are resumed by whoever drives them (an event loop, a for loop), not by their caller.
+_RESUMABLE = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+
+#: Methods that change the object they are called on: `self._queue.append(x)` writes `_queue`.
+_MUTATORS = frozenset(
+    {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard", "setdefault"}
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def reads_and_writes(code: CodeType) -> tuple[frozenset[str], frozenset[str]]:
+    """The attribute and global names a code object reads, and those it writes (stores, or changes
+    in place with a mutating method)."""
+    reads: set[str] = set()
+    writes: set[str] = set()
+    previous = ""
+    for instruction in dis.get_instructions(code):
+        name = str(instruction.argval)
+        if instruction.opname in ("STORE_ATTR", "DELETE_ATTR", "STORE_GLOBAL"):
+            writes.add(name)
+        elif instruction.opname in ("LOAD_ATTR", "LOAD_METHOD", "LOAD_GLOBAL"):
+            if name in _MUTATORS and previous:
+                writes.add(previous)
+            reads.add(name)
+            previous = name
+            continue
+        previous = ""
+    return frozenset(reads), frozenset(writes)
+
+
+def rank_candidates(
+    ran: dict[str, Ran], framed: str | None, targets: tuple[str, ...], lab: str | None, order: list[str]
+) -> list[str]:
+    """The functions a failure may come from, likeliest first.
+
+    First the traceback's frame, then the functions the test names (`edits`, or its lab's one
+    function). Then the others by how closely they feed the ones named: writing what those read (an
+    attribute, a global, module data) and calling them count two each, being called by them and
+    being called by the test itself (or driven by nothing of the learner's) one each, calling another
+    function of the test's lab one, and belonging to the test's own lab one; a constructor counts only
+    what it writes and its lab (every test builds its objects). Ties: a constructor after the rest,
+    the latest lab first, then source order.
+    """
+    wanted = {name for target in targets for name in (target, f"{target}.__init__")}
+    named = {name for name in (framed, *wanted) if name is not None and name in ran}
+    read = {field for name in named for field in ran[name].reads}
+
+    def score(name: str, info: Ran) -> int:
+        if name.endswith(".__init__"):  # every test builds its objects: that says little
+            return bool(info.writes & read) + (info.owner == lab)
+        points = 2 * bool(info.writes & read) + 2 * any(name in ran[other].callers for other in named)
+        points += bool(info.callers & named) + info.from_test
+        # It drives other functions of the test's lab (the one that calls the lab's helpers).
+        points += any(name in other.callers for other in ran.values() if other.owner == lab)
+        return points + (info.owner == lab)
+
+    def key(name: str) -> tuple[int, int, int, str, int]:
+        info = ran[name]
+        group = 0 if name == framed else 1 if name in wanted else 2
+        latest = -order.index(info.owner) if info.owner in order else 0
+        constructor = name.endswith(".__init__")
+        return group, -score(name, info), constructor, latest, info.where.rpartition(":")[0], info.line
+
+    return sorted(ran, key=key)
 
 
 #: pytest's assertion explanation lines that say how to see more, not what differs.
@@ -500,6 +749,10 @@ class ReportPlugin:
         self.collected: dict[str, int] = {}
         #: The labs with a stub still in the learner's package, read at the first test that asks.
         self.stubbed: set[str] | None = None
+        #: The learner's functions the current test ran (its setup and its body).
+        self.ran = RanFunctions()
+        #: True while a failed test runs again, traced (`_trace_rerun`): nothing of it is recorded.
+        self.rerunning = False
         self.json_path = os.environ.get(JSON_ENV)
         if self.json_path:
             Path(self.json_path).write_text("", encoding="utf-8")
@@ -686,14 +939,27 @@ class ReportPlugin:
                     "not run: an earlier test of Lab {lab} is stuck in an endless loop at {where}; fix that first"
                 ).format(lab=lab, where=self.loops[lab])
             )
-        with self._alarm(item):
+        with self._alarm(item), self._tracing():
             return (yield)
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
         """Bound the test body with the per-test alarm, armed only while it runs."""
-        with self._alarm(item), self._no_search_on_stubs(item):
+        with self._alarm(item), self._no_search_on_stubs(item), self._tracing():
             return (yield)
+
+    @contextmanager
+    def _tracing(self) -> Iterator[None]:
+        """Note which of the learner's functions the fixtures and the test run (see RanFunctions), when
+        a failed test runs again for that (`_trace_rerun`)."""
+        if not self.rerunning:
+            yield
+            return
+        self.ran.start()
+        try:
+            yield
+        finally:
+            self.ran.stop()
 
     def _stubbed_up_to(self, lab: str | None) -> bool:
         """Whether a stub of `lab`, or of a lab before it, is still in the learner's package (read once)."""
@@ -716,7 +982,7 @@ class ReportPlugin:
         lab that never uses it) does not pay for its import.
         """
         hypothesis = sys.modules.get("hypothesis")
-        if hypothesis is None or not self._stubbed_up_to(self._lab_of(item)):
+        if hypothesis is None or not (self.rerunning or self._stubbed_up_to(self._lab_of(item))):
             yield
             return
         settings, phase = hypothesis.settings, hypothesis.Phase
@@ -821,9 +1087,41 @@ class ReportPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-        """Turn os._exit() in learner code (setup, call or teardown) into a failure so the report prints."""
+        """Turn os._exit() in learner code (setup, call or teardown) into a failure so the report prints.
+
+        A failure the `edit:` line must place is written out only after the test ran once more, traced
+        (see `_trace_rerun`): tests run untraced, and only a lab's first failure pays for the trace.
+        """
         with _refusing_os_exit():
-            return (yield)
+            result = yield
+            pending: tuple[TestRecord, str, bool] | None = getattr(item, "_pi_edit", None)
+            if pending is not None and not self.rerunning:
+                record, text, traced = pending
+                try:
+                    if traced:
+                        self._trace_rerun(item, nextitem)
+                    self._point_at_edit(item, record, text, traced)
+                finally:
+                    item._pi_edit = None  # type: ignore[attr-defined]
+                    self._emit_line(test_record(record))
+            return result
+
+    def _trace_rerun(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """Run a failed test once more (fresh fixtures, no report) noting the learner's functions it runs.
+
+        Tracing every test cost about a third more CPU; a failure is traced alone, after its run.
+        """
+        from _pytest.runner import runtestprotocol
+
+        self.rerunning = True
+        self.ran.codes, self.ran.calls = set(), set()
+        try:
+            runtestprotocol(item, nextitem=nextitem, log=False)
+        except Exception:
+            pass
+        finally:
+            self.rerunning = False
+            self.ran.stop()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
@@ -855,7 +1153,7 @@ class ReportPlugin:
         """Record the phase that decides the test's outcome."""
         report: pytest.TestReport = yield
         decisive = report.when == "call" or report.outcome != "passed"
-        if decisive and not getattr(item, "_pi_recorded", False):
+        if decisive and not self.rerunning and not getattr(item, "_pi_recorded", False):
             item._pi_recorded = True  # type: ignore[attr-defined]
             record = TestRecord(report.nodeid, self._lab_of(item), report.outcome)
             record.duration = round(report.duration, 6)
@@ -893,30 +1191,56 @@ class ReportPlugin:
                     )
                     record.question = english or _first_line(doc)
                 if record.outcome == "failed" and record.exc_lab is None:
-                    self._point_at_edit(item, record)
+                    # Placed (and written out) after the test's teardown: see pytest_runtest_protocol.
+                    first = not any(r.lab == record.lab and r.outcome == "failed" for r in self.records)
+                    traced = first and not isinstance(error, LearnerTimeout)
+                    item._pi_edit = (record, str(error), traced)  # type: ignore[attr-defined]
             self.records.append(record)
-            self._emit_line(test_record(record))
+            if getattr(item, "_pi_edit", None) is None:
+                self._emit_line(test_record(record))
         if report.failed and report.longrepr is not None and not pi_course_i18n.speaks_english():
             # pytest's and Hypothesis's words inside the failure (`DID NOT RAISE`, `Expected regex:`).
             report.longrepr = failure_text(str(report.longrepr))
         return report
 
-    def _point_at_edit(self, item: pytest.Item, record: TestRecord) -> None:
-        """Send a failure that stops in no lab's code to the function its test names (`edits` marker).
+    def _point_at_edit(self, item: pytest.Item, record: TestRecord, error: str, traced: bool) -> None:
+        """Send a failure to the function that holds the mistake, or name the few that may.
 
-        A wrong value fails in the test's own assertion, and a loop bug may surface in given code: the
-        traceback then says nothing about what to edit. A frame in a lab's own code still wins.
+        In order: a checker's `file:line: error:` line (mypy's) names the line itself, whichever lab's
+        test ran the checker. Else the learner's functions this test ran (`RanFunctions`), of its own
+        lab or an earlier one, are the places a mistake can be: one of them is named, or up to
+        MAX_CANDIDATES as candidates, the traceback's frame and the test's `edits` marker first. A
+        wrong value fails in the test's own assertion and a mistake may run long before it shows:
+        the last frame alone often names the wrong function.
         """
+        if self._point_at_checker_line(record, error):
+            return
         order = [info.id for info in self.labs]
         owner, lab = record.owner_lab, record.lab
         if owner in order and lab in order and order.index(owner) > order.index(lab):
             # A later lab's code cannot block an earlier lab's test: the mistake is this lab's own.
             record.owner_lab = None
-        if record.location and record.owner_lab is not None:
-            return
         mark = item.get_closest_marker(EDITS_MARKER)
         named = tuple(str(arg) for arg in mark.args) if mark is not None else ()
         tested = next((info for info in self.labs if info.id == record.lab), None)
+        if record.owner_lab not in (None, lab) and record.owner_lab in self._green_labs():
+            # Every test of that earlier lab passed in this run: its code is where the mistake showed,
+            # not what blocks this lab (still a candidate below).
+            record.owner_lab = None
+        ran = self._ran_in_labs(lab, order) if traced else {}
+        framed = record.function if record.location and record.owner_lab is not None else None
+        ranked = rank_candidates(ran, framed, edit_target(tested, named), lab, order)
+        if ranked:
+            chosen = ranked[:MAX_CANDIDATES]
+            if chosen[0] != framed:  # the frame keeps its own line (the one that raised)
+                record.location = ran[chosen[0]].where
+            record.function = ", ".join(chosen)
+            record.candidates = [f"{ran[name].where} ({name})" for name in chosen] if len(chosen) > 1 else []
+            if len(ranked) > MAX_CANDIDATES:
+                record.more_candidates = len(ranked) - MAX_CANDIDATES
+            return
+        if record.location and record.owner_lab is not None:
+            return
         found = [
             entry
             for name in edit_target(tested, named)
@@ -925,6 +1249,45 @@ class ReportPlugin:
         if found:
             record.location = found[0][0]
             record.function = ", ".join(function for _where, function in found)
+
+    def _green_labs(self) -> set[str]:
+        """The labs every test of which passed so far in this run (one at least)."""
+        seen: dict[str, bool] = {}
+        for done in self.records:
+            if done.lab is not None:
+                seen[done.lab] = seen.get(done.lab, True) and done.outcome == "passed"
+        return {lab for lab, green in seen.items() if green}
+
+    def _ran_in_labs(self, lab: str | None, order: list[str]) -> dict[str, Ran]:
+        """The learner's functions the test ran whose `def` lies in the `# ## Lab` section of its lab or
+        of an earlier one (a later lab's code cannot hold an earlier lab's mistake)."""
+        allowed = set(order[: order.index(lab) + 1] if lab in order else order)
+        found: dict[str, Ran] = {}
+        for name, ran in self.ran.learner_functions(self.root).items():
+            ran.owner = lab_of_line(ran.path, ran.line)
+            if ran.owner in allowed:
+                found[name] = ran
+        return found
+
+    def _point_at_checker_line(self, record: TestRecord, text: str) -> bool:
+        """Point at the first `file:line: error:` a checker (mypy) reported about the learner's package.
+
+        The line's own lab is blamed, a later one too: a checker reads the whole file, whichever lab's
+        test ran it. False when the failure quotes no such line of a file of the package.
+        """
+        for match in CHECKER_LINE.finditer(text):
+            path = package_file(self.root, PACKAGE, match["file"])
+            if path is None:
+                continue
+            line = int(match["line"])
+            owner = lab_of_line(path, line)
+            if owner is None:
+                continue
+            record.location = f"{path.relative_to(self.root).as_posix()}:{line}"
+            record.owner_lab = owner
+            record.function = function_at(path, line) or defined_at(path, line)
+            return True
+        return False
 
     def _remember_loop(
         self, lab: str | None, owner: str | None, excinfo: pytest.ExceptionInfo[BaseException]

@@ -45,6 +45,11 @@ def agent_guide(course: Course, checkpoint: Checkpoint, notebook: str | None) ->
             "the file and line that `pi-course check` names."
         ),
         _(
+            "- When `edit:` names several functions, the failing test ran them all and cannot tell which one "
+            "holds the mistake: go through them with the learner in that order, and do not assume the first "
+            "one is wrong."
+        ),
+        _(
             "- When the learner is stuck, give a little more each time: the file and function, then its "
             "signature and what the contract asks, then pseudo-code, and only at the end a few lines for one "
             "branch."
