@@ -289,3 +289,25 @@ def test_pytest_s_own_words_for_a_difference_come_in_the_run_s_language(
     failed = [test for test in run.report.tests if test.outcome == "failed"]
     assert len(failed) == 1
     assert [line for line in expected if line in failed[0].diff] == expected, failed[0].diff
+
+
+def test_a_failed_test_runs_again_for_the_edit_line_only_outside_grading(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Is a lab's first failure run a second time (traced, for the `edit:` line) in a learner's run, and
+    only once in a graded run, which shows no `edit:` line and must not run learner code twice?"""
+    calls: dict[bool, int] = {}
+    for grading in (False, True):
+        tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, tmp_path / f"tree-{grading}")
+        counter, log = tree / TEACHING, tmp_path / f"calls-{grading}.txt"
+        wrong = f"open({str(log)!r}, 'a').write('reset\\n')\n        self.count = 1\n        # END LAB 1.2"
+        source = counter.read_text(encoding="utf-8")
+        counter.write_text(source.replace("self.count = 0\n        # END LAB 1.2", wrong), encoding="utf-8")
+        env = {k: v for k, v in os.environ.items() if k != "PI_COURSE_GRADING"}
+        if grading:
+            env["PI_COURSE_GRADING"] = "1"
+        result = run_tests(tree, ("-m", "lab1_2"), env=env)
+        assert statuses(result)["1.2"].startswith("failing"), result.output
+        calls[grading] = log.read_text(encoding="utf-8").count("reset")
+    # The same tests ran in both; only the learner's run ran its first failure once more.
+    assert calls[False] == calls[True] + 1, calls

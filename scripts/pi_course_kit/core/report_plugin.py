@@ -79,6 +79,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 JSON_ENV = "PI_COURSE_REPORT_JSON"
+#: Set (to anything) by the grader: a graded run shows no `edit:` line, so a failure is never run twice.
+GRADING_ENV = "PI_COURSE_GRADING"
 
 #: How often a running test is looked at, seconds; how much CPU one call of the learner's code may
 #: use before it is taken for an endless loop; and, once a loop was found, how much a call of the
@@ -753,6 +755,8 @@ class ReportPlugin:
         self.ran = RanFunctions()
         #: True while a failed test runs again, traced (`_trace_rerun`): nothing of it is recorded.
         self.rerunning = False
+        #: Learner code runs a second time, traced, only where an `edit:` line is shown (never in grading).
+        self.trace_failures = not os.environ.get(GRADING_ENV)
         self.json_path = os.environ.get(JSON_ENV)
         if self.json_path:
             Path(self.json_path).write_text("", encoding="utf-8")
@@ -1193,7 +1197,7 @@ class ReportPlugin:
                 if record.outcome == "failed" and record.exc_lab is None:
                     # Placed (and written out) after the test's teardown: see pytest_runtest_protocol.
                     first = not any(r.lab == record.lab and r.outcome == "failed" for r in self.records)
-                    traced = first and not isinstance(error, LearnerTimeout)
+                    traced = first and self.trace_failures and not isinstance(error, LearnerTimeout)
                     item._pi_edit = (record, str(error), traced)  # type: ignore[attr-defined]
             self.records.append(record)
             if getattr(item, "_pi_edit", None) is None:

@@ -31,6 +31,8 @@ ISOLATED, UID, LIMITS = "isolated", "uid", "limits"
 MEMORY_CGROUP, MEMORY_PROC, MEMORY_PER_PROCESS = "cgroup", "proc", "per-process"
 #: What every graded run's environment holds, sandboxed or not (each adds its own PATH, HOME, TMPDIR).
 RUN_ENV = {
+    # The report plugin's GRADING_ENV: no traced second run of a failed test (only `edit:` lines need it).
+    "PI_COURSE_GRADING": "1",
     "LANG": "C.UTF-8",
     "LC_ALL": "C.UTF-8",
     "PYTHONDONTWRITEBYTECODE": "1",
