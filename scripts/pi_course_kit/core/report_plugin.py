@@ -213,7 +213,7 @@ class RanFunctions:
     def start(self) -> None:
         """Begin (or, after the fixtures' setup, go on) noting the code entered."""
         if self._monitoring:
-            monitoring: Any = sys.monitoring
+            monitoring: Any = vars(sys)["monitoring"]  # 3.12+; the kit is typed for 3.11
             if monitoring.get_tool(self.TOOL_ID) is None:
                 monitoring.use_tool_id(self.TOOL_ID, "pi-course-report")
             elif monitoring.get_tool(self.TOOL_ID) != "pi-course-report":
@@ -252,7 +252,7 @@ class RanFunctions:
             return
         self.active = False
         if self._monitoring:
-            monitoring: Any = sys.monitoring
+            monitoring: Any = vars(sys)["monitoring"]  # 3.12+; the kit is typed for 3.11
             monitoring.set_events(self.TOOL_ID, 0)
         else:
             sys.settrace(None)
@@ -424,7 +424,7 @@ def rank_candidates(
         points += any(name in other.callers for other in ran.values() if other.owner == lab)
         return points + (info.owner == lab)
 
-    def key(name: str) -> tuple[int, int, int, str, int]:
+    def key(name: str) -> tuple[int, int, bool, int, str, int]:
         info = ran[name]
         group = 0 if name == framed else 1 if name in wanted else 2
         latest = -order.index(info.owner) if info.owner in order else 0
