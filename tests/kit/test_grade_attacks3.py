@@ -147,24 +147,39 @@ for _pid in _children:
 def host_paths() -> list[str]:
     """Host paths no mount or descriptor inside a sandbox may name: the checkout, the venv, and
     (where the grader mounts its scratch as a file system of its own: root with CAP_SYS_ADMIN) the
-    scratch under the temporary folder; $HOME too unless the interpreter itself is installed there
-    (its installation is bound where it is: the one host path left, see the threat model)."""
+    scratch under the temporary folder."""
     paths = [str(Path(__file__).resolve().parents[2]), sys.prefix]
     if bwrap.root_builds_namespaces():
         paths.append(os.path.join(tempfile.gettempdir(), "pi-course-grade-"))
-    home = os.path.expanduser("~")
-    if home not in ("/", "") and not Path(sys.base_prefix).resolve().is_relative_to(home):
-        paths.append(home.rstrip("/") + "/")
     return paths
+
+
+def interpreter_paths() -> list[str]:
+    """Host paths the interpreter's own paths inside (sys.executable, sys.prefix, sys.path, module
+    files, /proc/self/exe and maps) may not name either: $HOME, and the base interpreter's
+    installation unless it is under /usr. mountinfo still names the installation's folder as the
+    source of its bind (see the threat model), so it is left out of that one."""
+    paths = [*host_paths()]
+    home = os.path.expanduser("~")
+    if home not in ("/", ""):
+        paths.append(home.rstrip("/") + "/")
+    for prefix in (sys.base_prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))):
+        for form in (prefix, os.path.realpath(prefix)):
+            if not Path(form).is_relative_to("/usr"):
+                paths.append(form)
+    return sorted(set(paths))
 
 
 FIND_HOST_PATHS = """
 import os as _os
+import sys as _sys
 
 
 def _attack():  # type: ignore[no-untyped-def]
     \"\"\"Whether /proc/self/mountinfo or the target of any open descriptor (or the working folder)
-    names a host path; `looked` when mountinfo was read and names the staged tree's mount.\"\"\"
+    names a host path, or the interpreter's own paths (sys.*, module files, /proc/self/exe and
+    maps) name it or its installation; `looked` when mountinfo was read and names the staged
+    tree's mount, and the interpreter's paths were gathered.\"\"\"
     with open("/proc/self/mountinfo", encoding="utf-8") as handle:
         mounts = handle.read()
     targets = []
@@ -174,8 +189,15 @@ def _attack():  # type: ignore[no-untyped-def]
         except OSError:  # the descriptor that listed the folder, closed by now
             continue
     targets.append(_os.readlink("/proc/self/cwd"))
+    own = [_os.readlink("/proc/self/exe"), _sys.prefix, _sys.base_prefix, _sys.executable, *_sys.path]
+    own += [str(getattr(module, "__file__", "")) for module in list(_sys.modules.values())]
+    with open("/proc/self/maps", encoding="utf-8") as handle:
+        own.append(handle.read())
     text = mounts + "\\n".join(targets)
-    return any(path in text for path in HOST_PATHS), "/grade/work" in mounts and len(targets) > 2
+    found = any(path in text for path in HOST_PATHS)
+    found = found or any(path in "\\n".join(own) for path in INTERPRETER_PATHS)
+    looked = "/grade/work" in mounts and len(targets) > 2 and _os.path.isfile(_sys.executable)
+    return found, looked
 """
 
 
@@ -215,7 +237,8 @@ def graded(
             course,
             checkpoint,
             root / "find-host-paths",
-            f"\nHOST_PATHS = {host_paths()!r}\n{FIND_HOST_PATHS}",
+            f"\nHOST_PATHS = {host_paths()!r}\nINTERPRETER_PATHS = {interpreter_paths()!r}\n"
+            + FIND_HOST_PATHS,
         ),
     }
     found: dict[str, Any] = {}

@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -38,6 +39,8 @@ BWRAP, UNSAFE = "bwrap", "limits (--unsafe)"
 HELD_ENV = "PI_COURSE_HELD_OUT_FD"  # held_plugin.HELD_ENV (that file runs in the sandbox, without the kit)
 # SITE's name matters: Hypothesis scans every module outside a ".../site-packages/" path for constants.
 WORK, SITE, KIT = "/grade/work", "/grade/site-packages", "/grade/kit"
+#: The interpreter's installation when it is not under /usr (`placed`): no host path names it.
+PYTHON, PYTHON_BIN, PYTHON_EXEC = "/opt/python", "/opt/python-bin", "/opt/python-exec"
 TREE = f"{WORK}/tree"  # the staged copy, always at this path, so one compiled test module fits every learner
 SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
 # What the focused tests and the report import besides the standard library and pi_course; the course
@@ -161,6 +164,59 @@ def interpreter() -> tuple[Path, Path]:
     return Path(os.path.realpath(sys.executable)), Path(sys.base_prefix)
 
 
+@dataclass(frozen=True)
+class Placed:
+    """Where the sandbox sees the interpreter: its binds (host, inside), binary and environment."""
+
+    binds: tuple[tuple[str, str], ...]
+    executable: str
+    env: tuple[tuple[str, str], ...]
+
+    def inside(self, host: str) -> str:
+        """The sandbox's path of a host path under one of the binds (unchanged when under none)."""
+        for source, target in self.binds:
+            if Path(host).is_relative_to(source):
+                return str(Path(target) / Path(host).relative_to(source))
+        return host
+
+
+@functools.cache
+def placed() -> Placed:
+    """The interpreter's installation under a neutral path (`PYTHON`), unless it lives under /usr.
+
+    Python finds its prefix from the binary's own location (the landmark `lib/python3.X/os.py` above
+    it), so run from `PYTHON/bin` it reports `PYTHON` in sys.prefix, sys.executable, sys.path and
+    every module's file (tracebacks), and /proc/self/exe and maps name no host path (a pyenv or uv
+    build names $HOME). A shared libpython is found through the binary's RUNPATH, a host path absent
+    inside, and the loader would fall back on a system libpython of another build: LD_LIBRARY_PATH
+    names the bound one. mountinfo still names the installation's folder as its bind's source, and
+    the installation's own bytes name it (RUNPATH, _sysconfigdata, bytecode): see the threat model.
+    """
+    python, base = interpreter()
+    base = Path(os.path.realpath(base))  # as the binary's own path: a pyenv `versions/3.11` may be a link
+    if python.is_relative_to("/usr") and base.is_relative_to("/usr"):
+        return Placed((), str(python), ())  # /usr is bound as a system path (SYSTEM)
+    binds: list[tuple[str, str]] = [(str(base), PYTHON)]
+    env: list[tuple[str, str]] = []
+    if python.is_relative_to(base):
+        executable = f"{PYTHON}/{python.relative_to(base)}"
+    else:  # a binary outside its installation: it cannot find the prefix from where it is
+        binds.append((str(python), f"{PYTHON_BIN}/{python.name}"))
+        executable = f"{PYTHON_BIN}/{python.name}"
+        env.append(("PYTHONHOME", PYTHON))
+    exec_prefix = Path(os.path.realpath(sys.base_exec_prefix))
+    if not exec_prefix.is_relative_to(base) and not exec_prefix.is_relative_to("/usr"):
+        binds.append((str(exec_prefix), PYTHON_EXEC))
+        env.append(("PYTHONHOME", f"{PYTHON}:{PYTHON_EXEC}"))
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if sysconfig.get_config_var("Py_ENABLE_SHARED") and isinstance(libdir, str):
+        real = os.path.realpath(libdir)
+        inside = Placed(tuple(binds), executable, ()).inside(real)
+        if inside != real:
+            env.append(("LD_LIBRARY_PATH", inside))
+    return Placed(tuple(binds), executable, tuple(dict(env).items()))
+
+
 @functools.cache
 def root_builds_namespaces() -> bool:
     """Whether this process is root with CAP_SYS_ADMIN, so bwrap can build namespaces without a user one."""
@@ -200,7 +256,6 @@ def _sandbox(
 
     `seccomp_fd` holds the system-call filter (seccomp.py), for bwrap to load before anything runs.
     """
-    python, base = interpreter()
     delegated = as_user(uid) is not None
 
     argv = [shutil.which("bwrap") or "bwrap", "--new-session", "--clearenv", "--seccomp", str(seccomp_fd)]
@@ -221,14 +276,13 @@ def _sandbox(
             argv += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
         elif os.path.isdir(f"/{link}"):
             argv += ["--ro-bind", f"/{link}", f"/{link}"]
-    for path in (base, python) if not python.is_relative_to(base) else (base,):
-        # bwrap would copy the modes of the real parents (e.g. /root 0700): open them for the sandbox uid.
-        for parent in reversed(path.parents[:-1]):
-            argv += ["--perms", "0755", "--dir", str(parent)]
-        argv += ["--ro-bind", str(path), str(path)]
+    where = placed()
+    for host, target in where.binds:
+        argv += ["--perms", "0755", "--dir", str(Path(target).parent), "--ro-bind", host, target]
     for folder in base_site_dirs():
         # Hidden behind an empty read-only folder: only the packages bound below may be imported.
-        argv += ["--tmpfs", folder, "--remount-ro", folder]
+        inside = where.inside(folder)
+        argv += ["--tmpfs", inside, "--remount-ro", inside]
     for folder in ("/grade", SITE):
         argv += ["--perms", "0755", "--dir", folder]
     copies = work.parent / SITE_COPY  # bound from the scratch's copies: no mount names the venv
@@ -254,6 +308,7 @@ def _sandbox(
         "HOME": "/tmp",
         "TMPDIR": "/tmp",
         "PATH": "/usr/bin:/bin",
+        **dict(where.env),
     }.items():
         argv += ["--setenv", key, value]
     return argv
@@ -270,7 +325,6 @@ def command(
     requires: tuple[str, ...] = (),
 ) -> list[str]:
     """The bwrap command line of one fresh sandbox that runs `python ARGS` in `work`/tree."""
-    python, _ = interpreter()
     caps = ("CAP_SETUID", "CAP_SETGID")
     argv = _sandbox(work, kit, uid, caps, env, seccomp_fd, one_run=True, requires=requires)
     argv += ["--chdir", TREE]
@@ -286,7 +340,7 @@ def command(
         f"--nofile={limits.open_files}",
         "--core=0",
         "--",
-        str(python),
+        placed().executable,
         "-s",
         "-P",
         *args,
@@ -308,11 +362,19 @@ def server_command(
     As root the server keeps only what it needs to drop each run to `uid`, and to end and clean up
     after it (kill, remove its files in /tmp); without root it has no capabilities at all.
     """
-    python, _ = interpreter()
     argv = _sandbox(work, kit, uid, SERVER_CAPS, env, seccomp_fd, one_run=False, requires=requires)
     # No --die-with-parent: a grading thread that ends must not take the slot with it. The server
     # exits when the grader's end of its socket closes, which happens when the grader dies too.
-    argv += ["--chdir", WORK, "--as-pid-1", str(python), "-s", "-P", f"{KIT}/forkserver.py", str(control_fd)]
+    argv += [
+        "--chdir",
+        WORK,
+        "--as-pid-1",
+        placed().executable,
+        "-s",
+        "-P",
+        f"{KIT}/forkserver.py",
+        str(control_fd),
+    ]
     return argv
 
 
