@@ -48,7 +48,8 @@ def test_watch_hint_and_check_interleaved_lose_no_field(
     assert cli.main(["hint", "1.1"]) == 0
     assert guide.handle_key(watcher, "h", lab) == "stay"
     assert guide.handle_key(watcher, "l", lab) == "stay"
-    assert guide.handle_key(watcher, "r", lab) == "rerun"  # r: reset the lab (writes code, not metadata)
+    assert guide.handle_key(watcher, "r", lab) == "confirm"  # r only asks first
+    assert guide.handle_key(watcher, "y", lab, armed=True) == "rerun"  # y: reset (code, not metadata)
     final = meta_of(folder)
     assert final["hints"] == {"1.1": 2, "1.2": 1}
     assert final["last_next_lab"] == "1.1"

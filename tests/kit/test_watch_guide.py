@@ -127,3 +127,95 @@ def test_r_asks_before_it_resets_and_any_other_key_keeps_the_code(
     finally:
         if term.process.poll() is None:
             term.process.kill()
+
+
+#: A test that records its process id in runs.txt, then waits until gate.txt exists: a run that lasts
+#: exactly as long as the test wants, so what watch does meanwhile is seen without timing anything.
+GATED = """
+import os
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_waits_for_the_gate() -> None:
+    with (ROOT / "runs.txt").open("a", encoding="utf-8") as runs:
+        runs.write(f"{os.getpid()}\\n")
+    deadline = time.monotonic() + 300
+    while not (ROOT / "gate.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+"""
+
+
+def gated(folder: Path) -> Path:
+    """Add the gated test to the folder; return runs.txt (one pid a line, one line a run)."""
+    (folder / "tests" / "test_gate.py").write_text(GATED, encoding="utf-8")
+    return folder / "runs.txt"
+
+
+def runs_started(runs: Path, count: int, timeout: float = 120.0) -> list[int]:
+    """Wait until `count` runs have reached the gated test; return their pids."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = [int(line) for line in runs.read_text().split()] if runs.exists() else []
+        if len(pids) >= count:
+            return pids
+        time.sleep(0.1)
+    pytest.fail(f"only {runs.read_text() if runs.exists() else 'no'} runs reached the gated test")
+
+
+def gone(pid: int, timeout: float = 30.0) -> bool:
+    """Has process `pid` ended (and been reaped)?"""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_h_shows_the_hint_during_a_run_and_q_ends_the_run(folder: Path, checkpoint: Checkpoint) -> None:
+    """While the tests still run, does `h` show the hint, and does `q` end watch and its pytest cleanly?"""
+    runs = gated(folder)
+    term = Terminal(folder)
+    try:
+        (pid,) = runs_started(runs, 1)
+        term.press("h")
+        screen = term.wait_for(checkpoint.first_lab.hints[0][:20])
+        assert "keys: h hint" not in screen  # the run has not ended: the gate is still closed
+        assert not (folder / "gate.txt").exists()
+        term.press("q")
+        assert term.close() == 0
+        assert "Traceback" not in term.screen
+        assert gone(pid), "the run's pytest outlived watch"
+    finally:
+        if term.process.poll() is None:
+            term.process.kill()
+
+
+def test_a_save_during_a_run_starts_a_run_that_sees_it(
+    folder: Path, course: Course, checkpoint: Checkpoint
+) -> None:
+    """A file saved (e.g. by an outside reset) while the tests run: does a new run start and show its result?"""
+    runs = gated(folder)
+    term = Terminal(folder)
+    try:
+        (first,) = runs_started(runs, 1)
+        for relative in checkpoint.teaching_files:
+            shutil.copyfile(course.root / checkpoint.solution / relative, folder / relative)
+        extra = [f for f in checkpoint.solution_only if (course.root / checkpoint.solution / f).is_file()]
+        for relative in extra:
+            shutil.copyfile(course.root / checkpoint.solution / relative, folder / relative)
+        runs_started(runs, 2)
+        assert gone(first), "the run made stale by the save was not stopped"
+        (folder / "gate.txt").write_text("open\n", encoding="utf-8")
+        screen = term.wait_for("every lab is done", timeout=120)
+        assert f"Lab {checkpoint.first_lab.id} · " not in screen  # the stale run's screen never came
+        term.press("q")
+        assert term.close() == 0
+    finally:
+        if term.process.poll() is None:
+            term.process.kill()

@@ -4,25 +4,33 @@ It shows the current lab's first red and its hint command, re-runs that lab on e
 on by itself when the lab turns green. Keys (or a line, when stdin is no terminal): h the next hint,
 l the table of every lab, r reset the current lab to its stubs (asks for `y` first: it replaces the
 learner's code), q quit.
+
+The tests run in a worker thread (`Run`), so keys are answered while a run is going on; a save during a
+run stops that run (its result would describe files that no longer exist) and starts a new one.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import queue
+import signal
+import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import PracticeFolder, open_folder
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import ManifestError
-from pi_course_kit.core.runner import RunResult, run_tests
-from pi_course_kit.learner.check import RUN_TIMEOUT, require_test_files, run_once, short
+from pi_course_kit.core.runner import RunResult, pytest_command, run_tests
+from pi_course_kit.learner.check import RUN_TIMEOUT, render, require_test_files, run_once, short
 
 KEYS = {"h": "hint", "l": "list", "r": "reset", "q": "quit"}
 
@@ -46,13 +54,97 @@ def lab_table(folder: PracticeFolder) -> dict[str, CurrentLab]:
     return {lab.id: CurrentLab(lab.id, lab.shown_title) for lab in checkpoint.labs}
 
 
-def current_lab(folder: PracticeFolder, labs: dict[str, CurrentLab]) -> tuple[CurrentLab | None, RunResult]:
+class StoppableLaunch:
+    """A runner `Launch` whose pytest process (with anything it started) another thread can stop."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.process: subprocess.Popen[str] | None = None
+        self.stopped = False
+
+    def __call__(
+        self, args: Sequence[str], tree: Path, env: dict[str, str], timeout: float
+    ) -> tuple[int, str, bool]:
+        with self.lock:
+            if self.stopped:
+                return -signal.SIGTERM, "", False
+            # Its own process group, so that stop() reaches pytest's children (mypy) too.
+            process = self.process = subprocess.Popen(
+                pytest_command(args),
+                cwd=tree,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            out, err = process.communicate()
+            return -9, out + err, True
+        return process.returncode, out + err, False
+
+    def stop(self) -> None:
+        """End the run's processes (SIGTERM, then SIGKILL after 3 s); a run not started yet never starts."""
+        with self.lock:
+            self.stopped = True
+            process = self.process
+        if process is None or process.poll() is not None:
+            return
+        for sent in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, sent)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=3)
+                return
+
+
+class Run:
+    """`current_lab` in a worker thread: the main loop hears ("done", name) on `events` when it ends."""
+
+    count = 0
+
+    def __init__(
+        self, folder: PracticeFolder, labs: dict[str, CurrentLab], events: queue.Queue[tuple[str, str]]
+    ):
+        Run.count += 1
+        self.name = str(Run.count)
+        self.launch = StoppableLaunch()
+        self.outcome: tuple[CurrentLab | None, RunResult] | None = None
+        self.error: KitError | None = None
+        self.elapsed = 0.0
+        self.thread = threading.Thread(target=self._work, args=(folder, labs, events), daemon=True)
+        self.thread.start()
+
+    def _work(
+        self, folder: PracticeFolder, labs: dict[str, CurrentLab], events: queue.Queue[tuple[str, str]]
+    ) -> None:
+        started = time.monotonic()
+        try:
+            self.outcome = current_lab(folder, labs, self.launch)
+        except KitError as error:  # the tests folder went away: the main loop says so and stops
+            self.error = error
+        self.elapsed = time.monotonic() - started
+        events.put(("done", self.name))
+
+    def stop(self) -> None:
+        """End the run and wait for its thread (so no pytest process outlives watch)."""
+        self.launch.stop()
+        self.thread.join(timeout=10)
+
+
+def current_lab(
+    folder: PracticeFolder, labs: dict[str, CurrentLab], launch: StoppableLaunch | None = None
+) -> tuple[CurrentLab | None, RunResult]:
     """One quiet run of every test, and the lab the report names next (None once every lab is done).
 
     The report already knows the earliest unfinished lab (records.next_step); this only asks it.
     """
     require_test_files(folder)
-    result = run_tests(folder.root, ("--tb=no",), timeout=RUN_TIMEOUT)
+    result = run_tests(folder.root, ("--tb=no",), timeout=RUN_TIMEOUT, launch=launch or StoppableLaunch())
     report = result.report
     step = report.next
     if step is not None:
@@ -65,9 +157,9 @@ def current_lab(folder: PracticeFolder, labs: dict[str, CurrentLab]) -> tuple[Cu
     return None, result
 
 
-def show(folder: PracticeFolder, lab: CurrentLab | None, result: RunResult) -> None:
+def show(folder: PracticeFolder, lab: CurrentLab | None, result: RunResult, clear: bool = True) -> None:
     """One screen: the current lab, its first red, where to edit, and the keys."""
-    if sys.stdout.isatty():
+    if clear and sys.stdout.isatty():
         print("\033[2J\033[H", end="")
     if lab is None:
         print(_("every lab is done: well done! (q quits)"), flush=True)
@@ -134,11 +226,15 @@ def _saves(folder: PracticeFolder, poll: bool, events: queue.Queue[tuple[str, st
 CONFIRM = "y"
 
 
-def handle_key(folder: PracticeFolder, key: str, lab: CurrentLab | None, armed: bool = False) -> str:
+def handle_key(
+    folder: PracticeFolder, key: str, lab: CurrentLab | None, armed: bool = False, last: Run | None = None
+) -> str:
     """Do what one key asks: "quit", "rerun" (the lab's files changed: run it again), "confirm" or "stay".
 
     `r` replaces the learner's code with the lab's stubs, so it only asks ("confirm"); the key after it
-    (`armed`) resets on `y` and keeps the code on anything else.
+    (`armed`) resets on `y` and keeps the code on anything else. `l` shows the table of the `last`
+    finished run (watch re-runs on every save, so it is current), or runs the tests when there is none.
+    Before the first run has named a lab (`lab` None), `h` lets `pi-course hint` choose it.
     `folder` may have been opened long ago; every command run from here writes meta.json as a
     read-modify-write of the file as it is now (PracticeFolder.update), so nothing recorded since is lost.
     """
@@ -153,8 +249,10 @@ def handle_key(folder: PracticeFolder, key: str, lab: CurrentLab | None, armed: 
     action = KEYS.get(key)
     if action == "quit":
         return "quit"
-    if action == "hint" and lab is not None:
-        _command("hint", hint, [lab.id])
+    if action == "hint":
+        _command("hint", hint, [lab.id] if lab is not None else [])
+    elif action == "list" and last is not None and last.outcome is not None:
+        table(folder, last.outcome[1], last.elapsed)
     elif action == "list":
         run_once(folder, ["--tb=no"], verbose=False)
     elif action == "reset" and lab is not None:
@@ -169,6 +267,18 @@ def handle_key(folder: PracticeFolder, key: str, lab: CurrentLab | None, armed: 
     return "stay"
 
 
+def table(folder: PracticeFolder, result: RunResult, elapsed: float) -> None:
+    """Print a finished run's table as `pi-course check` does, and remember its next lab likewise."""
+    title = _("pi-course check · checkpoint {id} · {root} ({seconds:.1f} s)").format(
+        id=folder.checkpoint_id, root=folder.root, seconds=elapsed
+    )
+    render(folder, result, elapsed, title)
+    if result.report.next is not None:
+        lab = result.report.next.lab
+        with contextlib.suppress(OSError, KitError):  # a read-only folder can still be watched
+            folder.update(lambda meta: meta.__setitem__("last_next_lab", lab))
+
+
 def _command(name: str, module: Any, argv: list[str]) -> int:
     """Run another learner command's module as `pi-course NAME ARGV` would (without importing the CLI)."""
     parser = argparse.ArgumentParser(prog=f"pi-course {name}")
@@ -181,37 +291,59 @@ def _command(name: str, module: Any, argv: list[str]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Guide the learner lab by lab until every lab is green or they quit."""
+    """Guide the learner lab by lab until every lab is green or they quit.
+
+    One loop reads every event: keys, saves, and the end of the run in the worker thread. So a key is
+    answered during a run, and a save during a run restarts it (never lost, never shown stale).
+    """
     folder = open_folder()
+    require_test_files(folder)
     labs = lab_table(folder)
     events: queue.Queue[tuple[str, str]] = queue.Queue()
     threading.Thread(target=_saves, args=(folder, args.poll, events), daemon=True).start()
     threading.Thread(target=_keys, args=(events,), daemon=True).start()
-    lab, result = current_lab(folder, labs)
-    show(folder, lab, result)
+    running: Run | None = Run(folder, labs, events)
+    last: Run | None = None  # the last finished run: its lab and result are on the screen
+    lab: CurrentLab | None = None
     armed = False  # the last key was `r`: this key confirms the reset or keeps the code
+    keyed = False  # a key printed something since the screen was drawn: keep it when the run ends
+    wants_table = False  # `l` came before any run had finished: show the table when one does
     try:
         while True:
-            kind, key = events.get()
+            kind, detail = events.get()
+            if kind == "done":
+                if running is None or detail != running.name:
+                    continue  # a stopped run's end: a newer run is going
+                if running.error is not None:
+                    raise running.error
+                last, running = running, None
+                assert last.outcome is not None
+                lab, result = last.outcome
+                show(folder, lab, result, clear=not keyed)
+                keyed = False
+                if wants_table:
+                    table(folder, result, last.elapsed)
+                    wants_table = False
+                continue
             if kind == "key":
-                action = handle_key(folder, key, lab, armed)
+                if detail == "l" and not armed and last is None:
+                    wants_table = True
+                    continue
+                action = handle_key(folder, detail, lab, armed, last)
                 armed = action == "confirm"
+                keyed = keyed or action != "quit"
                 if action == "quit":
                     print(_("stopped watching"), flush=True)
                     return 0
                 if action in ("stay", "confirm"):
                     continue
             armed = False  # a save re-runs the lab: the question asked before it no longer stands
-            kept: list[tuple[str, str]] = []
-            with contextlib.suppress(queue.Empty):
-                while True:  # one re-run for a burst of saves; keys typed meanwhile still count
-                    event = events.get_nowait()
-                    if event[0] == "key":
-                        kept.append(event)
-            for event in kept:
-                events.put(event)
-            lab, result = current_lab(folder, labs)
-            show(folder, lab, result)
+            if running is not None:
+                running.stop()
+            running = Run(folder, labs, events)
     except KeyboardInterrupt:
         print(_("stopped watching"), flush=True)
         return 0
+    finally:
+        if running is not None:
+            running.stop()
