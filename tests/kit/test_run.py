@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -485,15 +485,20 @@ def test_ctrl_c_three_times_stops_learner_code_that_never_awaits(real_course: Co
         text=True,
         start_new_session=True,
     )
-    for _ in range(600):
-        if marker.exists():
-            break
-        time.sleep(0.1)
-    assert marker.exists(), "the driver never reached the learner's spinning code"
-    for _ in range(3):
-        time.sleep(0.5)
-        os.killpg(child.pid, signal.SIGINT)
-    out, err = child.communicate(timeout=60)
-    assert child.returncode == 130
-    offline, *rest = err.splitlines()
+    try:
+        for _ in range(600):
+            if marker.exists():
+                break
+            time.sleep(0.1)
+        assert marker.exists(), "the driver never reached the learner's spinning code"
+        for _ in range(3):
+            time.sleep(0.5)
+            os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 130
+        offline, *rest = err.splitlines()
+    finally:
+        # Whatever failed above, no spinning driver outlives the test (it would eat a core for good).
+        with suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
     assert offline.startswith("offline:") and rest == ["interrupted"] and "Traceback" not in out
