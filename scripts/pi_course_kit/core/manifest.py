@@ -125,13 +125,6 @@ class Checkpoint:
         return self.title_en if self.title_en and i18n.wants_english() else self.title
 
     @property
-    def shown_agent_notes(self) -> AgentNotes | None:
-        """The agent notes in the run's language, like `shown_title`."""
-        if self.agent_notes_en is not None and i18n.wants_english():
-            return self.agent_notes_en
-        return self.agent_notes
-
-    @property
     def observation(self) -> bool:
         """True for a checkpoint the learner observes (run, predict, break) instead of rebuilding."""
         return self.kind == "observation"
@@ -190,8 +183,13 @@ class Course:
 
     @property
     def shown_title(self) -> str:
-        """The title in the run's language: `title_en` when the run speaks English and the course does not."""
-        return self.title_en if self.title_en and i18n.wants_english() else self.title
+        """The title in the run's language: `title_en` when the run speaks English and the course does not.
+
+        Asked of the course itself, not of the last course loaded (`i18n.wants_english`), so that a process
+        that loaded another course (the kit's tests, the fixture) still titles this one right.
+        """
+        english = i18n.speaks_english() and not self.language.lower().startswith("en")
+        return self.title_en if self.title_en and english else self.title
 
     @property
     def root(self) -> Path:

@@ -755,7 +755,12 @@ def next_step(
         stuck = failure is not None and (
             failure.exc_type == "LearnerTimeout" or failure.exc_lab == blocked_by
         )
-        if red or stuck or recorded.get(blocked_by, DONE) != DONE or blocked_by in (stubbed or set()):
+        # A blocker later than the blocked lab owns the very line the failure names (a checker's
+        # `file:line`, such as mypy's, in a later lab's code): that line is where the mistake is.
+        order = [info.id for info in labs]
+        later = blocked_by in order and lab.id in order and order.index(blocked_by) > order.index(lab.id)
+        unfinished = recorded.get(blocked_by, DONE) != DONE or blocked_by in (stubbed or set())
+        if red or stuck or later or unfinished:
             lab = next((info for info in labs if info.id == blocked_by), lab)
     failure = row.first_failure if row is not None else None
     if row is not None and row.id != lab.id:  # the blocked lab's failure stands for its blocker's

@@ -1233,15 +1233,28 @@ class ReportPlugin:
             record.owner_lab = None
         ran = self._ran_in_labs(lab, order) if traced else {}
         framed = record.function if record.location and record.owner_lab is not None else None
-        ranked = rank_candidates(ran, framed, edit_target(tested, named), lab, order)
-        if ranked:
-            chosen = ranked[:MAX_CANDIDATES]
-            if chosen[0] != framed:  # the frame keeps its own line (the one that raised)
-                record.location = ran[chosen[0]].where
-            record.function = ", ".join(chosen)
-            record.candidates = [f"{ran[name].where} ({name})" for name in chosen] if len(chosen) > 1 else []
-            if len(ranked) > MAX_CANDIDATES:
-                record.more_candidates = len(ranked) - MAX_CANDIDATES
+        targets = edit_target(tested, named)
+        ranked = rank_candidates(ran, framed, targets, lab, order)
+        places = [(ran[name].where, name) for name in ranked]
+        if ran:
+            # A function the test names that the trace never saw ran in another process (16's worker):
+            # the test's own word for it stands right after the frame, beside what was seen.
+            unseen = [
+                entry
+                for name in targets
+                if name not in ran and f"{name}.__init__" not in ran
+                if (entry := function_entry(self.root, PACKAGE, name))
+            ]
+            at = 1 if ranked and ranked[0] == framed else 0
+            places[at:at] = unseen
+        if places:
+            chosen = places[:MAX_CANDIDATES]
+            if chosen[0][1] != framed:  # the frame keeps its own line (the one that raised)
+                record.location = chosen[0][0]
+            record.function = ", ".join(name for _where, name in chosen)
+            record.candidates = [f"{where} ({name})" for where, name in chosen] if len(chosen) > 1 else []
+            if len(places) > MAX_CANDIDATES:
+                record.more_candidates = len(places) - MAX_CANDIDATES
             return
         if record.location and record.owner_lab is not None:
             return

@@ -23,7 +23,9 @@ AGENT_GUIDE = "AGENT-GUIDE.md"
 
 def agent_guide(course: Course, checkpoint: Checkpoint, notebook: str | None) -> str:
     """The guide's Markdown, in the run's language."""
-    _ = translation(["en" if i18n.wants_english() else course.language]).gettext
+    # The course passed in decides, not the last course loaded (`i18n.wants_english`).
+    english = i18n.speaks_english()
+    _ = translation(["en" if english else course.language]).gettext
     first = checkpoint.first_lab
     reading = ["LAB-GUIDE.md", "CONTRACT.md" if checkpoint.contract else "", notebook or ""]
     shown = ", ".join(f"`{name}`" for name in reading if name)
@@ -85,7 +87,7 @@ def agent_guide(course: Course, checkpoint: Checkpoint, notebook: str | None) ->
             "- Do not run `pi-course reset` without asking: it replaces the learner's code (a backup is kept)."
         ),
         "",
-        *_chapter_notes(checkpoint, _),
+        *_chapter_notes(checkpoint, _, english),
         _("## What to read first"),
         "",
         _(
@@ -96,9 +98,9 @@ def agent_guide(course: Course, checkpoint: Checkpoint, notebook: str | None) ->
     return "\n".join(lines)
 
 
-def _chapter_notes(checkpoint: Checkpoint, _: Callable[[str], str]) -> list[str]:
+def _chapter_notes(checkpoint: Checkpoint, _: Callable[[str], str], english: bool) -> list[str]:
     """The chapter's own section: what to have the learner predict, what is not taught yet, the acceptance."""
-    notes = checkpoint.shown_agent_notes
+    notes = (checkpoint.agent_notes_en if english else None) or checkpoint.agent_notes
     if notes is None:
         return []
     return [
