@@ -1237,13 +1237,16 @@ class ReportPlugin:
         ranked = rank_candidates(ran, framed, targets, lab, order)
         places = [(ran[name].where, name) for name in ranked]
         if ran:
-            # A function the test names that the trace never saw ran in another process (16's worker):
-            # the test's own word for it stands right after the frame, beside what was seen.
+            # A function the test names in a file of which the trace saw nothing run ran in another
+            # process (16's worker): the test's own word for it stands right after the frame. A named
+            # function of a file that did run here was simply not called, and stays out.
+            seen_files = {info.where.rpartition(":")[0] for info in ran.values()}
             unseen = [
                 entry
                 for name in targets
                 if name not in ran and f"{name}.__init__" not in ran
                 if (entry := function_entry(self.root, PACKAGE, name))
+                and entry[0].rpartition(":")[0] not in seen_files
             ]
             at = 1 if ranked and ranked[0] == framed else 0
             places[at:at] = unseen
