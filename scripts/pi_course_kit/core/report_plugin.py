@@ -489,7 +489,7 @@ def _translated(pattern: re.Pattern[str], msgid: str, text: str) -> str | None:
         return None
     fields = match.groupdict()
     if "index" in fields and fields["index"].isdigit() and not pi_course_i18n.speaks_english():
-        # pytest counts from 0; a Chinese ordinal (第 N 项) counts from 1.
+        # pytest counts from 0; the Chinese ordinal of the "item N differs" line counts from 1.
         fields["index"] = str(int(fields["index"]) + 1)
     return _(msgid).format(**fields)
 
