@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import ModuleType
@@ -118,6 +118,41 @@ def run_pi(folder: Path, args: Sequence[str], env: dict[str, str] | None = None,
         text=True,
         timeout=180,
     )
+
+
+def interrupt_run(
+    folder: Path, args: Sequence[str], env: dict[str, str], ready: Callable[[], bool], presses: int = 1
+) -> tuple[int, str, str]:
+    """Start `pi-course --lang en run ARGS` in its own process group, wait until `ready()`, then press
+    Ctrl-C `presses` times (to the whole group, as a terminal does); (exit code, stdout, stderr).
+
+    Whatever fails, the group is killed at the end: a driver left spinning would eat a core for good.
+    """
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_")}
+    child = subprocess.Popen(
+        [*CLI, "--lang", "en", "run", *args],
+        cwd=folder,
+        env={**base, **env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        for _ in range(600):
+            if ready():
+                break
+            time.sleep(0.1)
+        assert ready(), "the run never got to the point where Ctrl-C is pressed"
+        for _ in range(presses):
+            time.sleep(0.5)  # let the first event arrive, or the handler see the press before
+            os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+        return child.returncode, out, err
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
 
 
 def live(server: Any) -> dict[str, str]:
@@ -337,26 +372,8 @@ def test_ctrl_c_aborts_the_run_and_keeps_the_session_readable(
     folder = solved(real_course, checkpoint_id, tmp_path / "practice")
     held = sse.Reply([sse.sse_event(chunk({"content": "正在"})), sse.HOLD])
     with serving(held) as server:
-        base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_")}
-        child = subprocess.Popen(
-            [*CLI, "--lang", "en", "run", "--yes", "hi"],
-            cwd=folder,
-            env={**base, **live(server)},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        for _ in range(600):
-            if server.requests:
-                break
-            time.sleep(0.1)
-        assert server.requests, "the learner's transport never reached the server"
-        time.sleep(0.5)  # let the first event arrive
-        os.killpg(child.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
-        out, err = child.communicate(timeout=60)
-    assert child.returncode == 130, err
+        code, out, err = interrupt_run(folder, ["--yes", "hi"], live(server), lambda: bool(server.requests))
+    assert code == 130, err
     assert "interrupted" in assert_one_line(err) and KEY not in out + err
     files = list((folder / ".pi-course" / "sessions").glob("*.jsonl"))
     assert len(files) == (1 if checkpoint_id == "13" else 0)
@@ -420,25 +437,10 @@ def test_a_durable_run_cut_by_ctrl_c_goes_on_with_resume(real_course: Course, tm
     folder = solved(real_course, "19", tmp_path / "practice")
     held = sse.Reply([sse.sse_event(chunk({"content": "一半"})), sse.HOLD])
     with serving(held, text_reply("完整的回答。")) as server:
-        base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_")}
-        child = subprocess.Popen(
-            [*CLI, "--lang", "en", "run", "--durable", "hi"],
-            cwd=folder,
-            env={**base, **live(server)},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
+        code, _out, err = interrupt_run(
+            folder, ["--durable", "hi"], live(server), lambda: bool(server.requests)
         )
-        for _ in range(600):
-            if server.requests:
-                break
-            time.sleep(0.1)
-        time.sleep(0.5)
-        os.killpg(child.pid, signal.SIGINT)
-        _out, err = child.communicate(timeout=60)
-        assert child.returncode == 130, err
+        assert code == 130, err
         [file] = (folder / ".pi-course" / "sessions").glob("durable-*.json")
         store = json.loads(file.read_text(encoding="utf-8"))
         assert [task["status"] for task in store["tasks"].values()] == ["running"]
@@ -474,31 +476,7 @@ def test_ctrl_c_three_times_stops_learner_code_that_never_awaits(real_course: Co
     marker = tmp_path / "spinning"
     spinning = f"    open({str(marker)!r}, 'w').close()\n    while True:\n        pass\n"
     adapter.write_text(source.replace(spin, spin + spinning), encoding="utf-8")
-    base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_")}
-    child = subprocess.Popen(
-        [*CLI, "--lang", "en", "run", "hi"],
-        cwd=folder,
-        env=base,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        for _ in range(600):
-            if marker.exists():
-                break
-            time.sleep(0.1)
-        assert marker.exists(), "the driver never reached the learner's spinning code"
-        for _ in range(3):
-            time.sleep(0.5)
-            os.killpg(child.pid, signal.SIGINT)
-        out, err = child.communicate(timeout=60)
-        assert child.returncode == 130
-        offline, *rest = err.splitlines()
-    finally:
-        # Whatever failed above, no spinning driver outlives the test (it would eat a core for good).
-        with suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGKILL)
+    code, out, err = interrupt_run(folder, ["hi"], {}, marker.exists, presses=3)
+    assert code == 130
+    offline, *rest = err.splitlines()
     assert offline.startswith("offline:") and rest == ["interrupted"] and "Traceback" not in out
