@@ -107,11 +107,12 @@ def test_r_asks_before_it_resets_and_any_other_key_keeps_the_code(
     first = checkpoint.first_lab
     teaching = folder / checkpoint.teaching_files[0]
     backups = folder / ".pi-course" / "backups"
+    # The notes are written before watch starts: a save after `r` would drop the question (tested below).
+    mine = teaching.read_text(encoding="utf-8") + "\n# my own notes\n"
+    teaching.write_text(mine, encoding="utf-8")
     term = Terminal(folder)
     try:
         term.wait_for("r reset this lab to its stubs (asks first)")
-        mine = teaching.read_text(encoding="utf-8") + "\n# my own notes\n"
-        teaching.write_text(mine, encoding="utf-8")
         term.press("r")
         term.wait_for(f"reset Lab {first.id}? Its stubs replace your code")
         term.press("n")
@@ -124,6 +125,28 @@ def test_r_asks_before_it_resets_and_any_other_key_keeps_the_code(
         assert backups.is_dir() and len(list(backups.iterdir())) == 1
         term.press("q")
         assert term.close() == 0
+    finally:
+        if term.process.poll() is None:
+            term.process.kill()
+
+
+def test_a_save_after_r_drops_the_question_and_says_so(folder: Path, checkpoint: Checkpoint) -> None:
+    """Does a save while `r` waits for its answer drop the question aloud, so a later `y` resets nothing?"""
+    teaching = folder / checkpoint.teaching_files[0]
+    backups = folder / ".pi-course" / "backups"
+    term = Terminal(folder)
+    try:
+        term.wait_for("r reset this lab to its stubs (asks first)")
+        term.press("r")
+        term.wait_for(f"reset Lab {checkpoint.first_lab.id}? Its stubs replace your code")
+        mine = teaching.read_text(encoding="utf-8") + "\n# saved while the question was open\n"
+        teaching.write_text(mine, encoding="utf-8")
+        term.wait_for("reset question dropped: a file was saved (press r to ask again)")
+        term.press("y")
+        term.press("q")
+        assert term.close() == 0
+        assert teaching.read_text(encoding="utf-8") == mine
+        assert not backups.exists() or not any(backups.iterdir())
     finally:
         if term.process.poll() is None:
             term.process.kill()

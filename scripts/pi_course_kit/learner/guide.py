@@ -337,7 +337,11 @@ def run(args: argparse.Namespace) -> int:
                     return 0
                 if action in ("stay", "confirm"):
                     continue
-            armed = False  # a save re-runs the lab: the question asked before it no longer stands
+            if armed:
+                # A save re-runs the lab: the question asked before it no longer stands, and the learner
+                # must know why their next `y` will do nothing.
+                print(_("reset question dropped: a file was saved (press r to ask again)"), flush=True)
+                armed = False
             if running is not None:
                 running.stop()
             running = Run(folder, labs, events)
