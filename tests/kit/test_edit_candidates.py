@@ -161,7 +161,10 @@ def test_the_edit_line_names_the_place_of_every_named_mutation(
             target.write_text(original, encoding="utf-8")
         problem = names_it(result.next_step, case.place)
         if problem is not None and case.mutation.name not in KNOWN_MISSES:
-            misses.append(f"{case.mutation.name} (Lab {case.lab}, in {case.place}): {problem}")
+            failed = [test.nodeid for test in result.report.tests if test.outcome == "failed"]
+            misses.append(
+                f"{case.mutation.name} (Lab {case.lab}, in {case.place}): {problem}; failed: {failed}"
+            )
     assert misses == []
 
 

@@ -202,12 +202,15 @@ def test_a_07_folder_holds_its_own_contract(course: Course, tmp_path: Path) -> N
 def test_meta_records_checkpoint_version_and_hashes(
     made: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
-    """Does meta.json name the checkpoint and kit version and hash every shipped file correctly?"""
+    """Does meta.json name the checkpoint and kit version and hash every shipped file correctly (bytecode,
+    a cache, aside)?"""
     dest, _ = made
     meta = json.loads((dest / ".pi-course" / "meta.json").read_text(encoding="utf-8"))
     assert meta["checkpoint"] == "06" and meta["kit_version"] == __version__
     shipped = {
-        p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file() and ".pi-course" not in p.parts
+        p.relative_to(dest).as_posix()
+        for p in dest.rglob("*")
+        if p.is_file() and not {".pi-course", "__pycache__"} & set(p.parts)
     }
     assert set(meta["files"]) == shipped
     for name, digest in meta["files"].items():
@@ -383,3 +386,22 @@ def test_a_failed_fill_keeps_an_empty_target_folder(
     with pytest.raises(RuntimeError):
         practice.create(course, checkpoint, dest)
     assert [p.name for p in tmp_path.iterdir()] == ["empty"] and list(dest.iterdir()) == []
+
+
+def test_two_saves_of_one_length_within_a_second_run_the_second(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """After a run has cached the learner's module, does a second save of the same length in the same
+    mtime second (`value >= 1` made `value >= 2`) run the new code, not the first save's bytecode?"""
+    folder = practice.create(course, checkpoint, tmp_path / "mine")
+    solve(course, checkpoint, folder)
+    teaching = folder / checkpoint.teaching_files[0]
+    first = run_tests(folder, ("-m", "lab6_1"))
+    assert first.returncode == 0, first.output
+    stamp = teaching.stat().st_mtime_ns
+    source = teaching.read_text(encoding="utf-8")
+    assert source.count("value >= 1") == 1
+    teaching.write_text(source.replace("value >= 1", "value >= 2"), encoding="utf-8")
+    os.utime(teaching, ns=(stamp, stamp))  # the size and the mtime of the save the first run cached
+    second = run_tests(folder, ("-m", "lab6_1"))
+    assert any(test.outcome == "failed" for test in second.report.tests), second.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import compileall
+import py_compile
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -71,6 +73,19 @@ def pytest_ini(course: Course, checkpoint: Checkpoint, timeout_seconds: int = 10
 def copy_package(course: Course, source_tree: Path, dest: Path) -> None:
     """Copy `source_tree/pi_course` into `dest/pi_course`, without caches."""
     shutil.copytree(source_tree / course.package, dest / course.package, ignore=IGNORED)
+
+
+def hash_checked_bytecode(package: Path) -> None:
+    """Compile a folder's package into checked-hash pycs (PEP 552), for a folder that lives on.
+
+    Python takes an ordinary pyc while its source has the same size and the same mtime in whole
+    seconds: two saves of one length within a second (`<` made `>`) ran the first save's code. Once a
+    module's pyc is hash-based, the import system checks it against the source's hash and writes the
+    next one hash-based too, so the tests never run other code than the file on disk holds.
+    """
+    compileall.compile_dir(
+        package, quiet=2, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH, workers=1
+    )
 
 
 #: Kit modules that travel into every tree's tests/ folder, under these names.

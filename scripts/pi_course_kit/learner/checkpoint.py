@@ -13,7 +13,7 @@ from pi_course_kit.core.files import write_folder_atomically
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.core.staging import stage_tree
+from pi_course_kit.core.staging import hash_checked_bytecode, stage_tree
 from pi_course_kit.learner import practice
 
 DEFAULT_BASE = ".checkpoints"
@@ -128,8 +128,9 @@ def card(course: Course, cp: Checkpoint, dest: Path) -> list[str]:
 
 def fill(course: Course, cp: Checkpoint, root: Path) -> None:
     """Stage the parent (starter) and target (solution) trees side by side."""
-    stage_tree(course, cp, course.root / cp.starter, root / "parent")
-    stage_tree(course, cp, course.root / cp.solution, root / "target")
+    for name, source in (("parent", cp.starter), ("target", cp.solution)):
+        stage_tree(course, cp, course.root / source, root / name)
+        hash_checked_bytecode(root / name / course.package)
     (root / MARK).write_text(f"{cp.id}\n", encoding="utf-8")
 
 

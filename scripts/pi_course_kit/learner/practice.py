@@ -31,7 +31,7 @@ from pi_course_kit.core.i18n import _, speaks_english
 from pi_course_kit.core.locate import course_manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.regions import Stub, find_stubs, functions
-from pi_course_kit.core.staging import stage_tree
+from pi_course_kit.core.staging import hash_checked_bytecode, stage_tree
 from pi_course_kit.learner.agent_guide import write_agent_guide
 from pi_course_kit.notebook.learner_copy import write_learner_copy
 
@@ -419,6 +419,7 @@ def fill_files(course: Course, checkpoint: Checkpoint, root: Path) -> None:
     starter = course.root / checkpoint.starter
     os.chmod(root, 0o777 & ~current_umask())  # the temporary folder starts private (0700)
     stage_tree(course, checkpoint, starter, root)
+    hash_checked_bytecode(root / course.package)
     notebook = notebook_path(course, checkpoint)
     if notebook is not None:
         write_learner_copy(notebook, root / notebook.name)
