@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -370,7 +371,7 @@ PYTEST_ENGLISH = (
 
 def _pytest_run(folder: Path, args: list[str], language: str | None) -> str:
     done = subprocess.run(
-        ["python", "-m", "pytest", *args],
+        [sys.executable, "-m", "pytest", *args],  # the venv's own python, as an activated venv runs it
         cwd=folder,
         env=_env(language),
         capture_output=True,
