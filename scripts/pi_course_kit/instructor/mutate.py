@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import difflib
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pi_course_kit.core import records
+from pi_course_kit.core.i18n import LANG_ENV
 from pi_course_kit.core.manifest import Checkpoint, Course, Mutation
 from pi_course_kit.core.records import TestRecord
 from pi_course_kit.core.regions import lab_at
@@ -69,6 +72,37 @@ def mutation_lab(course: Course, checkpoint: Checkpoint, mutation: Mutation) -> 
     if offset < 0:
         return None
     return lab_at(source.splitlines(), source.count("\n", 0, offset) + 1)
+
+
+def mutated_place(course: Course, checkpoint: Checkpoint, mutation: Mutation) -> str | None:
+    """The function (or module-level name) of the solution holding the first line the mutation changes."""
+    path = _solution_file(course, checkpoint, mutation)
+    try:
+        source = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    offset = source.find(mutation.find)
+    if offset < 0:
+        return None
+    offset += len(mutation.find) - len(mutation.find.lstrip())
+    line = source.count("\n", 0, offset) + 1
+    return records.function_at(path, line) or records.defined_at(path, line)
+
+
+def names_place(step: records.NextStep | None, place: str) -> str | None:
+    """Why a run's next step does not send the learner to `place` (None when it does).
+
+    The `edit:` line names one function, or up to three candidates the failing test ran; a nested
+    function is edited as part of the function it is written in, and the other way round.
+    """
+    if step is None or step.location is None or not step.function:
+        return "it shows no edit line"
+    named = step.function.split(", ")
+    if not any(
+        name == place or name.startswith(f"{place}.") or place.startswith(f"{name}.") for name in named
+    ):
+        return f"its edit line names {', '.join(named)} at {step.location}"
+    return None
 
 
 def mutation_diff(course: Course, checkpoint: Checkpoint, mutation: Mutation, context: int = 2) -> list[str]:
@@ -158,18 +192,50 @@ def run_mutation(
                 narrower.append(
                     tuple(f"{TESTS_DIR}/{Path(relative).name}" for relative in checkpoint.focused_tests)
                 )
+        # `expect` quotes pytest's own words (`DID NOT RAISE`), which a Chinese report translates: the
+        # runs speak English, so a mutation is judged alike whatever language verify is read in.
+        env = {**os.environ, LANG_ENV: "en"}
         for selection in narrower:
-            result = run_tests(tree, ("--tb=no", "-x", *selection), timeout=timeout, launch=prewarmed.launch)
+            result = run_tests(
+                tree, ("--tb=no", "-x", *selection), timeout=timeout, env=env, launch=prewarmed.launch
+            )
             if _failed(result) or result.collect_errors or result.crashed:
                 return MutationRun(mutation, result, _failed(result))
         whole = ("--tb=no", "-x") if stop_first else ("--tb=no",)
-        result = run_tests(tree, whole, timeout=timeout, launch=prewarmed.launch)
+        result = run_tests(tree, whole, timeout=timeout, env=env, launch=prewarmed.launch)
     return MutationRun(mutation, result, _failed(result))
 
 
 def _failed(result: RunResult) -> list[TestRecord]:
     """The run's failed tests, as records."""
     return [test for test in result.report.tests if test.outcome == "failed"]
+
+
+def unplaced_problem(course: Course, checkpoint: Checkpoint, run: MutationRun) -> str | None:
+    """The verify message for a caught mutation whose first red does not send the learner to its place.
+
+    A mutation in a lab's section is a learner's realistic mistake: the report's `edit:` line must name
+    the function holding it. The few the report cannot place say why in course.toml
+    (`edit_unplaced`); one of those that the report now places is reported too, so the list stays true.
+    """
+    mutation = run.mutation
+    if not run.caught or mutation_lab(course, checkpoint, mutation) is None:
+        return None
+    place = mutated_place(course, checkpoint, mutation)
+    if place is None:
+        return None
+    problem = names_place(run.result.next_step, place)
+    if problem is not None and not mutation.edit_unplaced:
+        return (
+            f"mutation {mutation.name!r} is caught, but its first red sends the learner elsewhere: "
+            f"the mistake is in {place}, and {problem}; fix the report, or say why in edit_unplaced"
+        )
+    if problem is None and mutation.edit_unplaced:
+        return (
+            f"mutation {mutation.name!r}: its first red now names {place}, where the mistake is; "
+            "remove its edit_unplaced from course.toml"
+        )
+    return None
 
 
 def survived_problem(run: MutationRun, checkpoint: Checkpoint) -> str | None:
