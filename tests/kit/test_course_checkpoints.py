@@ -57,7 +57,8 @@ def verified(checkpoint_id: str) -> dict[str, verify.Outcome]:
 @pytest.mark.parametrize(("checkpoint_id", "promise"), promise_cases())
 def test_the_checkpoint_keeps_each_promise_verify_checks(checkpoint_id: str, promise: str) -> None:
     """Does this check of `pi-course verify` hold: starter in sync, given and inherited files equal, solution
-    green, starter red lab by lab with the parent green, first red on the first lab, this mutation caught?
+    green, starter red lab by lab with the parent green, first red on the first lab, this mutation caught
+    with an `edit:` line at the mutated function (or excused in course.toml's `edit_unplaced`)?
 
     A check that passed before on exactly the same inputs (trees, tests, manifest entry, the kit and the
     tools' versions) is taken from verify's cache; any change to one of them runs it again.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from pi_course_kit.core import manifest, runner
 from pi_course_kit.core.locate import ROOT_ENV
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor import promises, verify
-from pi_course_kit.instructor.mutate import run_mutation
+from pi_course_kit.instructor.mutate import run_mutation, unplaced_problem
 from pi_course_kit.notebook import checks
 from pi_course_kit.notebook import helpers as nbhelp
 from test_build_labs import add_to_checkpoint, copy_repo
@@ -155,6 +156,43 @@ def test_a_mutation_run_stops_in_the_checkpoints_own_tests_before_the_parents(
     # The mutated lab's own tests run first (-m its marker, -x): one of a2's catches it, a1's never start.
     files = {test.nodeid.split("::")[0] for test in run.result.report.tests}
     assert files == {"tests/test_a2_pair.py"}
+
+
+def test_a_mutation_excused_from_the_edit_line_that_the_report_places_fails_verify(
+    course: Course, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """When course.toml says the edit line cannot place a mutation (`edit_unplaced`) but its first red
+    names the mutated function, does verify ask to remove the excuse, so the list stays true?"""
+    repo = copy_repo(course, tmp_path / "repo")
+    path = repo / "course.toml"
+    text = path.read_text(encoding="utf-8")
+    assert text.count('replace = "self.count += 2"\n') == 1
+    path.write_text(
+        text.replace('replace = "self.count += 2"\n', 'replace = "self.count += 2"\nedit_unplaced = "why"\n'),
+        encoding="utf-8",
+    )
+    assert cli.main(["verify", "a1", "--root", str(repo), "--check", "mutations", "--no-cache"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL a1 mutation add-two caught" in out
+    assert "'add-two': its first red now names Counter.add, where the mistake is" in out
+    assert "remove its edit_unplaced from course.toml" in out
+    assert "ok   a1 mutation reset-to-one caught" in out
+
+
+def test_a_caught_mutation_whose_edit_line_names_another_function_is_a_problem(
+    course: Course, checkpoint: Checkpoint
+) -> None:
+    """Is a mutation caught with an edit line elsewhere than its function a verify problem naming both
+    places, and the same run with the right edit line none?"""
+    run = run_mutation(course, checkpoint, checkpoint.mutation("add-two"), stop_first=True)
+    assert run.caught and unplaced_problem(course, checkpoint, run) is None
+    step = run.result.report.next
+    assert step is not None and step.function is not None and "Counter.add" in step.function
+    run.result.report.next = dataclasses.replace(step, function="Counter.reset")
+    problem = unplaced_problem(course, checkpoint, run)
+    assert problem is not None
+    assert "the mistake is in Counter.add, and its edit line names Counter.reset at" in problem
+    assert "say why in edit_unplaced" in problem
 
 
 # -- whole-tree runs kept by content ------------------------------------------------------------------

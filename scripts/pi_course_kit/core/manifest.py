@@ -77,6 +77,8 @@ class Mutation:
     find: str
     replace: str
     expect: str = ""
+    #: Why the report's `edit:` line cannot yet name the function this mutation changes (empty: it must).
+    edit_unplaced: str = ""
 
 
 @dataclass(frozen=True)
@@ -300,6 +302,7 @@ def _mutation(reader: _Reader) -> Mutation:
         find=reader.text("find"),
         replace=reader.text("replace", default="", allow_empty=True),
         expect=reader.text("expect", default="", allow_empty=True),
+        edit_unplaced=reader.text("edit_unplaced", default="", allow_empty=True),
     )
 
 

@@ -33,7 +33,13 @@ from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor import promises as checks
 from pi_course_kit.instructor.grade.mutation_map import default_cache
-from pi_course_kit.instructor.mutate import MutationError, mutation_problems, run_mutation, survived_problem
+from pi_course_kit.instructor.mutate import (
+    MutationError,
+    mutation_problems,
+    run_mutation,
+    survived_problem,
+    unplaced_problem,
+)
 from pi_course_kit.instructor.options import add_manifest_option, checkpoints, load_course
 
 #: The folder of the cache where whole-tree test runs are kept by content (`runner.run_tests(reuse=)`).
@@ -79,7 +85,12 @@ def _guarded(job: Job) -> Outcome:
 def _mutation_job(course: Course, checkpoint: Checkpoint, name: str) -> Callable[[], list[str]]:
     def run() -> list[str]:
         outcome = run_mutation(course, checkpoint, checkpoint.mutation(name), stop_first=True)
-        problems = [p for p in (survived_problem(outcome, checkpoint), outcome.expect_problem()) if p]
+        found = (
+            survived_problem(outcome, checkpoint),
+            outcome.expect_problem(),
+            unplaced_problem(course, checkpoint, outcome),
+        )
+        problems = [problem for problem in found if problem]
         return problems
 
     return run
