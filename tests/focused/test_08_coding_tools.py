@@ -875,14 +875,14 @@ def test_bash_output_that_is_not_utf8_stays_readable_and_within_the_limit(
 
 
 TIMEOUT_SCRIPT = """\
-import os, signal, time
+import os, signal, sys, time
 def stop(*_):
     with open("timeout-stopped.txt", "w") as f:
         f.write("yes")
     os._exit(0)
 signal.signal(signal.SIGTERM, stop)
 open("timeout-ready.txt", "w").close()
-time.sleep(20)
+time.sleep(float(sys.argv[1]))
 """
 
 CANCEL_SCRIPT = """\
@@ -911,14 +911,16 @@ child = subprocess.Popen([sys.executable, "descendant.py"], stdin=subprocess.DEV
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 with open("descendant.pid", "w") as f:
     f.write(str(child.pid))
-time.sleep(20)
+time.sleep(float(sys.argv[1]))
 """
 
 
 #: The time limits a time-out test tries, shortest first. Its script must be ready (Python started, its
 #: handler set) before the limit passes, and a busy machine can take more than 1.5 s to start Python.
-#: The scripts above sleep 20 s, longer than the last limit, so that only the limit ends them.
 TIME_LIMITS_MS = (1500, 6000, 15_000)
+#: How much longer than the limit a script run under it sleeps (its argument): only the limit ends it,
+#: and code that waits for it anyway (a descendant left running) fails after seconds, not minutes.
+OUTLIVE_SECONDS = 5
 #: The per-test limit of those tests: room for every limit above to be tried. A loop in the learner's
 #: code is still stopped after two seconds of CPU (the report's own watch), not after this.
 TIME_OUT_TEST_SECONDS = 45
@@ -927,14 +929,15 @@ TIME_OUT_TEST_SECONDS = 45
 def run_until_ready(
     root: Path, command: str, ready: Path, reap_pids: list[int] | None = None
 ) -> ToolResultMessage:
-    """Run `command` under a time limit that it outlives, trying a longer limit while `ready` was not
-    written in time; the first run whose script got ready is the one the test judges."""
+    """Run `command SECONDS` under a time limit it outlives (the script sleeps that long), trying a longer
+    limit while `ready` was not written in time; the first run whose script got ready is judged."""
     pid_file = root / "descendant.pid"  # written by PARENT_SCRIPT: its descendant, to reap
     for limit_ms in TIME_LIMITS_MS:
         ready.unlink(missing_ok=True)
         pid_file.unlink(missing_ok=True)
         tools = create_coding_tools(cwd=str(root), containment="workspace", bash_timeout_ms=limit_ms)
-        result = execute(call("bash-timeout", "bash", {"command": command}), tools)
+        outlive = f"{command} {limit_ms / 1000 + OUTLIVE_SECONDS:g}"
+        result = execute(call("bash-timeout", "bash", {"command": outlive}), tools)
         if reap_pids is not None and pid_file.exists():
             reap_pids.append(int(pid_file.read_text(encoding="utf-8")))
         if ready.exists():
@@ -986,7 +989,9 @@ def test_bash_tells_a_time_out_from_a_cancellation_and_ends_the_whole_process_gr
     assert cancelled.details.timed_out is False
     assert (root / "cancel-stopped.txt").read_text(encoding="utf-8") == "yes"
 
-    descendant_run = asyncio.run(cancel_while_running(f"{python} parent.py", root / "descendant-ready.txt"))
+    descendant_run = asyncio.run(
+        cancel_while_running(f"{python} parent.py 20", root / "descendant-ready.txt")
+    )
     reap_pids.append(int((root / "descendant.pid").read_text(encoding="utf-8")))
     assert descendant_run.is_error is True
     assert isinstance(descendant_run.details, BashDetails)
