@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 from conftest import FX
+from learner_support import make_folder
+from pi_course_kit.core import i18n
+from pi_course_kit.core.folder import open_folder
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.records import NextStep, RunReport, Status
+from pi_course_kit.core.runner import RunResult
+from pi_course_kit.learner import guide
 
 
 class Terminal:
@@ -242,3 +248,29 @@ def test_a_save_during_a_run_starts_a_run_that_sees_it(
     finally:
         if term.process.poll() is None:
             term.process.kill()
+
+
+def test_the_screen_lists_every_candidate_the_report_names(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """When the failing test ran several functions that may hold the mistake, does watch's screen list
+    each of them and how many more, as `check` does, instead of the first one alone?"""
+    i18n.use("en")
+    folder = open_folder(make_folder(course, checkpoint, tmp_path / "p"))
+    candidates = ("fx_course/counter.py:16 (Counter.add)", "fx_course/counter.py:10 (Counter.__init__)")
+    step = NextStep(
+        lab="1.1",
+        status=Status.FAILING,
+        what="does add count one at a time?",
+        location="fx_course/counter.py:16",
+        function="Counter.add, Counter.__init__",
+        candidates=candidates,
+        more_candidates=1,
+        command='python -m pytest -m "lab1_1"',
+    )
+    result = RunResult(returncode=1, output="", report=RunReport(next=step, finished=True))
+    guide.show(folder, guide.CurrentLab("1.1", "count up"), result, clear=False)
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("edit: the test ran 3 of your functions"))
+    assert [line.strip() for line in lines[at + 1 : at + 3]] == list(candidates)
+    assert lines[at + 3].strip() == "… and 1 more"

@@ -29,6 +29,7 @@ from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import PracticeFolder, open_folder
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import ManifestError
+from pi_course_kit.core.records import edit_candidate_lines
 from pi_course_kit.core.runner import RunResult, pytest_command, run_tests
 from pi_course_kit.learner.check import RUN_TIMEOUT, render, require_test_files, run_once, short
 
@@ -178,8 +179,14 @@ def show(folder: PracticeFolder, lab: CurrentLab | None, result: RunResult, clea
         # A lab merely unchecked since an edit is no red: the step says which labs to re-run.
         shown = _("next: {what}") if step.unchecked else _("red: {what}")
         print(shown.format(what=step.what))
-        if step.location:
-            print(_("edit: {where}").format(where=short(folder, step.location)))
+        if step.candidates:
+            # The test ran several functions that may hold the mistake: all of them, as `check` lists them
+            # (one indent less on this screen, whose lines start at the margin).
+            for line in edit_candidate_lines(step.candidates, step.more_candidates):
+                print(line.removeprefix("  "))
+        elif step.location:
+            function = f" ({step.function})" if step.function else ""
+            print(_("edit: {where}").format(where=f"{short(folder, step.location)}{function}"))
     print(_("hint: pi-course hint {lab}").format(lab=lab.id))
     print(
         _(
