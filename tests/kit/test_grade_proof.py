@@ -1,0 +1,299 @@
+"""The batch's reference proof: a learner's run skips only the tests that would run none of their changes.
+
+`proof.units` splits a module into its skeleton and its units' bodies; `proof_plugin` notes what each
+test of a trusted run enters; the grader runs only the tests the proof cannot vouch for. The fixture
+course's a2 inherits a1's counter: a learner who left it alone has a1's tests proven, and any way of
+changing what those tests run (a body they enter, a patch at import, a docstring) makes them run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FX
+from learner_support import solve
+from pi_course_kit import cli
+from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.instructor.grade import proof, proof_plugin
+from pi_course_kit.learner import practice
+
+BASE = '''"""A module."""
+
+import functools
+
+LIMIT = 3
+
+
+def helper(value: int = 1) -> int:
+    """Add one."""
+    return value + 1
+
+
+class Box:
+    """A box."""
+
+    def put(self, value: int) -> int:
+        """Put a value."""
+
+        def inner() -> int:
+            return value * 2
+
+        return inner()
+
+    @property
+    def size(self) -> int:
+        return 1
+
+    @size.setter
+    def size(self, value: int) -> None:
+        pass
+
+
+if LIMIT:
+
+    def guarded() -> None:
+        return None
+'''
+
+
+def shape(source: str) -> tuple[str, dict[str, str]]:
+    """The skeleton and unit bodies of one module."""
+    return proof.units(source)
+
+
+def changed(before: str, after: str) -> tuple[bool, set[str]]:
+    """(whether the skeleton changed, the units whose bodies changed)."""
+    (skeleton_a, bodies_a), (skeleton_b, bodies_b) = shape(before), shape(after)
+    names = bodies_a.keys() | bodies_b.keys()
+    return skeleton_a != skeleton_b, {name for name in names if bodies_a.get(name) != bodies_b.get(name)}
+
+
+def test_units_are_functions_and_methods_by_qualified_name() -> None:
+    """Are the units the module-level functions and the methods, by qualified name, a function defined
+    under an `if` by its plain name, and a property's getter and setter one unit?"""
+    _skeleton, bodies = shape(BASE)
+    assert set(bodies) == {"helper", "Box.put", "Box.size", "guarded"}
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "units"),
+    [
+        ("return value + 1", "return value + 2", {"helper"}),
+        ("return value * 2", "return value * 3", {"Box.put"}),  # a nested function is its outer unit's
+        (
+            "    def size(self, value: int) -> None:\n        pass",
+            "    def size(self, value: int) -> None:\n        return None",
+            {"Box.size"},
+        ),
+        ("return value + 1", "\n\n    return value + 1", set()),  # lines moved only
+    ],
+)
+def test_a_changed_body_changes_its_unit_alone(before: str, after: str, units: set[str]) -> None:
+    """When only statements inside a function change, is the skeleton unchanged and only that unit
+    (the outer one for a nested function) changed, and moving lines no change at all?"""
+    assert BASE.count(before) == 1
+    skeleton_changed, found = changed(BASE, BASE.replace(before, after))
+    assert not skeleton_changed
+    assert found == units
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ('"""Add one."""', '"""Add two."""'),  # a docstring is read without entering the function
+        ("value: int = 1", "value: int = 2"),  # defaults are evaluated at import
+        ("LIMIT = 3", "LIMIT = 4"),
+        ("class Box:", "@functools.total_ordering\nclass Box:"),
+        ("\n\nclass Box:", "\n\nhelper = lambda value=1: 0\n\n\nclass Box:"),  # a patch at import
+        ("        return 1\n", "        return 1\n\n    def extra(self) -> None:\n        pass\n"),
+    ],
+)
+def test_a_change_outside_the_bodies_changes_the_skeleton(before: str, after: str) -> None:
+    """Does a change that runs at import or is readable without a call (a docstring, a default, a
+    module-level statement, a decorator, a patch, a new method) change the skeleton?"""
+    assert BASE.count(before) == 1
+    skeleton_changed, _units = changed(BASE, BASE.replace(before, after))
+    assert skeleton_changed
+
+
+TRACED_TESTS = """
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import pi_course
+
+
+@pytest.fixture(scope="module")
+def shared():
+    return pi_course.for_the_module()
+
+
+def test_plain():
+    assert pi_course.outer() == 2
+
+
+def test_thread():
+    found = []
+    worker = threading.Thread(target=lambda: found.append(pi_course.in_a_thread()))
+    worker.start()
+    worker.join()
+    assert found == [3]
+
+
+def test_first_user(shared):
+    assert shared == 4
+
+
+def test_second_user(shared):
+    assert shared == 4
+
+
+def test_spawns():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+
+def test_reads_the_sources():
+    assert "def outer" in (Path(pi_course.__file__)).read_text(encoding="utf-8")
+"""
+
+TRACED_PACKAGE = """
+def inner():
+    return 2
+
+
+def outer():
+    return inner()
+
+
+def in_a_thread():
+    return 3
+
+
+def for_the_module():
+    return 4
+"""
+
+
+def test_the_plugin_notes_what_each_test_enters_in_every_thread_and_fixture(tmp_path: Path) -> None:
+    """Does the trusted run's plugin note, per test, the package functions it entered (those a worker
+    thread ran too, and a module fixture's for each test using it), and mark a test that starts a
+    process or reads the package's files as opaque?"""
+    (tmp_path / "pi_course").mkdir()
+    (tmp_path / "pi_course" / "__init__.py").write_text(TRACED_PACKAGE, encoding="utf-8")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_traced.py").write_text(TRACED_TESTS, encoding="utf-8")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    lines = tmp_path / "proof.jsonl"
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env[proof_plugin.PROOF_ENV] = str(lines)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", proof_plugin.__name__, "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    traces = {
+        node.split("::")[1]: trace
+        for node, trace in proof.read_traces(lines.read_text().splitlines()).items()
+    }
+    unit = "pi_course/__init__.py::"
+    assert traces["test_plain"].units == {f"{unit}outer", f"{unit}inner"}
+    assert traces["test_thread"].units == {f"{unit}in_a_thread"}
+    assert traces["test_first_user"].units == traces["test_second_user"].units == {f"{unit}for_the_module"}
+    assert [name for name, trace in traces.items() if trace.opaque] == [
+        "test_spawns",
+        "test_reads_the_sources",
+    ]
+
+
+# -- grading the fixture course's a2, whose a1 counter is inherited -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def graded(course: Course, child: Checkpoint, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Grade a2 folders once: complete, with a wrong inherited body, with a patch at import, and with
+    their own (different) a2 code."""
+    root = tmp_path_factory.mktemp("proof")
+    folders = {}
+    for name in ("complete", "wrong-body", "patched", "own-code", "docstring"):
+        folders[name] = practice.create(course, child, root / name)
+        solve(course, child, folders[name])
+    counter = folders["wrong-body"] / "fx_course" / "counter.py"
+    counter.write_text(counter.read_text(encoding="utf-8").replace("self.count += 1", "self.count += 2"))
+    pair = folders["patched"] / "fx_course" / "pair.py"
+    pair.write_text(pair.read_text(encoding="utf-8") + "\n\nCounter.add = lambda self: 0  # type: ignore\n")
+    own = folders["own-code"] / "fx_course" / "pair.py"
+    own.write_text(
+        own.read_text(encoding="utf-8").replace(
+            "self.left = Counter()", "self.left = Counter()  # mine\n        self.left.count = 0"
+        )
+    )
+    told = folders["docstring"] / "fx_course" / "counter.py"
+    told.write_text(told.read_text(encoding="utf-8").replace('"""Go back to zero."""', '"""Back to zero."""'))
+    out = root / "grades.jsonl"
+    code = cli.main(["grade", *map(str, folders.values()), "--json", str(out), "--jobs", "2", *FX])
+    records = {
+        Path(r["folder"]).name: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())
+    }
+    return {"code": code, "records": records}
+
+
+def proven_labs(record: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """Lab id -> (tests proven, tests) of one record."""
+    found: dict[str, tuple[int, int]] = {}
+    for test in record["tests"]:
+        proven, total = found.get(test["lab"], (0, 0))
+        found[test["lab"]] = (proven + int(test["proven"]), total + 1)
+    return found
+
+
+@pytest.mark.sandbox
+def test_a_complete_learner_runs_none_of_the_tests_the_proof_vouches_for(graded: dict[str, Any]) -> None:
+    """Is a folder identical to the solution complete, with every public test proven (passed, not run)?"""
+    record = graded["records"]["complete"]
+    assert record["status"] == "complete"
+    assert all(test["proven"] and test["outcome"] == "passed" for test in record["tests"])
+
+
+@pytest.mark.sandbox
+def test_own_code_runs_its_own_labs_and_the_untouched_parent_is_proven(graded: dict[str, Any]) -> None:
+    """With their own a2 code, are the a1 tests proven and the a2 tests that enter it run (and passed)?"""
+    record = graded["records"]["own-code"]
+    assert record["status"] == "complete"
+    labs = proven_labs(record)
+    assert labs["1.1"][0] == labs["1.1"][1] > 0 and labs["1.2"][0] == labs["1.2"][1] > 0
+    assert labs["2.1"][0] == 0  # Pair.__init__ changed: its tests ran
+    assert not any(test["proven"] for test in record["tests"] if test["outcome"] != "passed")
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("name", ["wrong-body", "patched"])
+def test_a_broken_parent_is_never_hidden_behind_the_proof(graded: dict[str, Any], name: str) -> None:
+    """A parent function with a wrong body, or patched at import by the learner's own file: do the parent's
+    tests run and fail (none proven), so the record flags the parent as not green?"""
+    record = graded["records"][name]
+    adds = [test for test in record["tests"] if test["lab"] == "1.1"]
+    assert adds and not any(test["proven"] for test in adds)
+    assert any(test["outcome"] == "failed" for test in adds)
+    assert any(flag.startswith("parent labs not green: 1.1") for flag in record["flags"])
+
+
+@pytest.mark.sandbox
+def test_a_changed_docstring_proves_nothing(graded: dict[str, Any]) -> None:
+    """A docstring can be read without a call: does changing one make every test run (none proven)?"""
+    record = graded["records"]["docstring"]
+    assert record["status"] == "complete"
+    assert not any(test["proven"] for test in record["tests"])
