@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from pi_course_kit.core.i18n import LANG_ENV
@@ -24,7 +25,13 @@ def _earlier_or_same(checkpoint: Checkpoint, lab_id: str | None) -> set[str]:
 
 
 def run_tree(
-    course: Course, checkpoint: Checkpoint, tree: str, args: tuple[str, ...] = (), *, runs: Path | None = None
+    course: Course,
+    checkpoint: Checkpoint,
+    tree: str,
+    args: tuple[str, ...] = (),
+    *,
+    runs: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Run the focused tests against one of the repository's trees, staged in a temporary folder.
 
@@ -33,8 +40,10 @@ def run_tree(
     a notebook's progress cell on the same tree are one content, run once.
     """
     env = None
-    if runs is not None:
+    if runs is not None or extra_env:
         env = dict(os.environ)
+        env.update(extra_env or {})
+    if runs is not None and env is not None:
         env[LANG_ENV] = course.language
     with staged(course, checkpoint, course.root / tree) as folder:
         # Only the JSON records are read; drawing ~100 tracebacks would cost seconds.

@@ -165,6 +165,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "(slower, about 1.5 times the time)"
         ),
     )
+    parser.add_argument(
+        "--no-proof",
+        action="store_true",
+        help=_(
+            "run every test for every learner, also those the batch's run of the solution proves: tests "
+            "that run none of the learner's changed code (slower on late checkpoints)"
+        ),
+    )
     add_manifest_option(parser)
 
 
@@ -394,7 +402,13 @@ def run(args: argparse.Namespace) -> int:
     if args.unsafe and args.fresh_sandbox:
         raise KitError(_("--fresh-sandbox and --unsafe contradict each other: choose one"))
     grader = Grader(
-        course, limits, args.jobs, args.checkpoint, unsafe=args.unsafe, fresh_sandboxes=args.fresh_sandbox
+        course,
+        limits,
+        args.jobs,
+        args.checkpoint,
+        unsafe=args.unsafe,
+        fresh_sandboxes=args.fresh_sandbox,
+        proof=not args.no_proof,
     )
     if args.classroom is not None:
         classroom.use_starter_reference(grader, course, course.checkpoint(args.checkpoint))

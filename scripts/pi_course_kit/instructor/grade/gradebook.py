@@ -124,6 +124,8 @@ class TestVerdict:
     outcome: str
     #: A held-out test (course.toml `held_out`): a learner-visible output never names it.
     held_out: bool = False
+    #: Passed by the batch's reference proof without running: the test runs none of the learner's changes.
+    proven: bool = False
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TestVerdict:
@@ -131,10 +133,10 @@ class TestVerdict:
         outcome = _text(data, "outcome", limit=20)
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}")
-        held_out = data.get("held_out", False)
-        if not isinstance(held_out, bool):
-            raise TypeError("held_out is not true or false")
-        return cls(_text(data, "nodeid"), _text(data, "lab", limit=40), outcome, held_out)
+        held_out, proven = data.get("held_out", False), data.get("proven", False)
+        if not isinstance(held_out, bool) or not isinstance(proven, bool):
+            raise TypeError("held_out or proven is not true or false")
+        return cls(_text(data, "nodeid"), _text(data, "lab", limit=40), outcome, held_out, proven)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import META_PATH, migrate_meta
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
-from pi_course_kit.core.records import FolderMeta, RunReport, clean
+from pi_course_kit.core.records import FolderMeta, RunReport, TestRecord, clean
 from pi_course_kit.core.runner import JSON_ENV, pytest_command
 from pi_course_kit.core.staging import TESTS_DIR, pytest_ini, stage_tree, test_files
 from pi_course_kit.instructor.grade import (
@@ -31,6 +31,8 @@ from pi_course_kit.instructor.grade import (
     held_out,
     held_plugin,
     precompile,
+    proof,
+    proof_plugin,
     sandbox,
     scoring,
     slots,
@@ -154,6 +156,9 @@ class Reference:
     #: so an edit to the kit's files during a batch never mixes versions (empty: staged from disk).
     files: dict[str, bytes] = field(default_factory=dict)
     batch: Batch | None = None
+    #: What each test of the trusted run entered (`proof`): the tests a learner's run need not repeat.
+    #: None for a reference learned elsewhere (Classroom's starter reference): every test then runs.
+    proof: proof.Proof | None = None
 
     def total(self, lab_id: str) -> int:
         """How many pristine tests the lab has."""
@@ -175,11 +180,14 @@ class Grader:
         checkpoint: str | None = None,
         unsafe: bool = False,
         fresh_sandboxes: bool = False,
+        proof: bool = True,
     ) -> None:
         self.course, self.limits, self.jobs = course, limits, max(1, jobs)
         self.checkpoint_override = checkpoint
         self.unsafe = unsafe
         self.fresh_sandboxes = fresh_sandboxes
+        #: Whether a learner's run skips the tests the batch's reference proof vouches for (`proof`).
+        self.use_proof = proof
         self.root = os.geteuid() == 0
         if unsafe and self.root:
             raise KitError(
@@ -312,7 +320,19 @@ class Grader:
     def _learn(self, checkpoint: Checkpoint) -> Reference | _Failure:
         """Run the solution once (trusted, unsandboxed) to learn the pristine tests of each lab."""
         checkpoint = with_held_out(self.course, checkpoint)  # the public tests plus the held-out ones
-        result = run_tree(self.course, checkpoint, checkpoint.solution)
+        traced = self.use_proof and proof_plugin.loadable()
+        with tempfile.TemporaryDirectory(prefix="pi-course-proof-") as tmp:
+            lines = Path(tmp) / "proof.jsonl"
+            result = run_tree(
+                self.course,
+                checkpoint,
+                checkpoint.solution,
+                ("-p", proof_plugin.__name__) if traced else (),
+                extra_env={proof_plugin.PROOF_ENV: str(lines)} if traced else None,
+            )
+            traces = proof.read_traces(
+                lines.read_text(encoding="utf-8").splitlines() if lines.exists() else []
+            )
         tests = result.report.tests
         failing = [t for t in tests if t.outcome != "passed"]
         if failing:
@@ -326,7 +346,10 @@ class Grader:
             return _Failure(where, "error", result.timed_out, detail)
         labs_of = {t.nodeid: t.lab or "" for t in tests}
         files = {name: path.read_bytes() for name, path in test_files(self.course, checkpoint).items()}
-        return Reference(checkpoint, labs_of, files)
+        shape = proof.PackageShape.read(self.course.root / checkpoint.solution / self.course.package)
+        passed = {node: trace for node, trace in traces.items() if node in labs_of}
+        found = proof.Proof(shape, passed) if shape is not None and traced else None
+        return Reference(checkpoint, labs_of, files, proof=found)
 
     def _disguise(self, reference: Reference) -> Batch:
         """This batch's secret disguise of the checkpoint's focused test modules, compiled once."""
@@ -508,24 +531,44 @@ class Grader:
         """Stage `source` in the slot, run it once in a fresh order and score a copy of `base`."""
         assert reference.batch is not None
         record = replace(base, labs=[], flags=list(base.flags), tests=[])
+        proven = self._proven(reference, source)
         work.mkdir()
         try:
             tree = _stage(self.course, reference, source, slot.tree)
             self._held[slot.work] = reference.batch.held
             out = work / "out"
             out.mkdir()
-            run = self._run(tree, out, slot, str(secrets.randbits(64)))
+            skipped = verdict.disguised_nodes(sorted(proven), reference.batch.disguises)
+            run = self._run(tree, out, slot, str(secrets.randbits(64)), skipped)
         finally:
             shutil.rmtree(slot.tree, ignore_errors=True)
         record.sandbox, record.memory = run.level, run.memory
         ran = _read_report(out / "report.jsonl")
         verdicts = verdict.read_verdicts(ran.tests, reference.batch.disguises, reference.labs_of)
-        found = scoring.Found(verdicts.by_node, verdicts.tampering, ran.finished, ran.collect_errors)
-        scoring.score(record, reference.checkpoint, reference.labs_of, run, found)
+        by_node = dict(verdicts.by_node)
+        if ran.finished:
+            # The grader's own proof, not the run's word: a proven test would have run the very code that
+            # passed in the reference. A run that did not finish keeps its crash (scoring says why).
+            by_node.update({node: TestRecord(node, reference.labs_of[node], "passed") for node in proven})
+        else:
+            proven = frozenset()
+        found = scoring.Found(by_node, verdicts.tampering, ran.finished, ran.collect_errors)
+        scoring.score(record, reference.checkpoint, reference.labs_of, run, found, proven)
         return _Scored(record, run.returncode)
 
-    def _run(self, tree: Path, out: Path, slot: Slot, order_seed: str) -> sandbox.Sandboxed:
-        """Run the disguised focused tests in `tree`: in the slot's sandbox, or with limits only when unsafe."""
+    def _proven(self, reference: Reference, source: Path) -> frozenset[str]:
+        """The public tests the learner's run need not repeat (`proof`); held-out tests always run."""
+        if reference.proof is None or not self.use_proof:
+            return frozenset()
+        held = scoring.held_out_nodes(reference.checkpoint, reference.labs_of)
+        candidates = [node for node in reference.labs_of if node not in held]
+        return reference.proof.proven(source / self.course.package, candidates)
+
+    def _run(
+        self, tree: Path, out: Path, slot: Slot, order_seed: str, skipped: Sequence[str] = ()
+    ) -> sandbox.Sandboxed:
+        """Run the disguised focused tests in `tree`, but for `skipped` (node ids): in the slot's sandbox,
+        or with limits only when unsafe."""
         import_seconds = max(1, int(self.limits.wall_seconds * IMPORT_SHARE))
         held = self._held.pop(slot.work, {})
         args = [
@@ -541,6 +584,7 @@ class Grader:
                     "-o",
                     f"{IMPORT_TIMEOUT_INI}={import_seconds}",
                     *(["-p", HELD_PLUGIN] if held else []),
+                    *(arg for node in skipped for arg in ("--deselect", node)),
                 ]
             )[1:]
         ]

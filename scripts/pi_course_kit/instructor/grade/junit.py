@@ -79,6 +79,8 @@ def _suite(course: Course, record: LearnerRecord, host: str) -> TestSuite:
         ("points", f"{points.points:g}"),
         ("max_points", f"{points.max_points:g}"),
         ("extra_points", f"{points.extra:g}"),
+        # Tests the batch's run of the solution proved (passed without running here: time 0).
+        ("proven_tests", str(sum(verdict.proven for verdict in record.tests))),
     ):
         suite.add_property(key, xml_text(value))
     messages = {score.id: score.first_failure for score in record.labs}

@@ -91,14 +91,18 @@ def held_out_nodes(checkpoint: Checkpoint, labs_of: Mapping[str, str]) -> frozen
 
 
 def verdicts(
-    labs_of: Mapping[str, str], by_node: Mapping[str, TestRecord], held_out: frozenset[str] = frozenset()
+    labs_of: Mapping[str, str],
+    by_node: Mapping[str, TestRecord],
+    held_out: frozenset[str] = frozenset(),
+    proven: frozenset[str] = frozenset(),
 ) -> list[TestVerdict]:
     """Each pristine test's outcome in run order; a test the learner's run did not report is "missing"."""
     found = []
     for node, lab in labs_of.items():
         test = by_node.get(node)
         outcome = test.outcome if test is not None else "missing"
-        found.append(TestVerdict(node, lab, outcome if outcome in OUTCOMES else "failed", node in held_out))
+        shown = outcome if outcome in OUTCOMES else "failed"
+        found.append(TestVerdict(node, lab, shown, node in held_out, node in proven and shown == "passed"))
     return found
 
 
@@ -124,9 +128,15 @@ def observed_flags(run: RunEnd) -> list[str]:
 
 
 def score(
-    record: LearnerRecord, checkpoint: Checkpoint, labs_of: Mapping[str, str], run: RunEnd, found: Found
+    record: LearnerRecord,
+    checkpoint: Checkpoint,
+    labs_of: Mapping[str, str],
+    run: RunEnd,
+    found: Found,
+    proven: frozenset[str] = frozenset(),
 ) -> None:
-    """Fill `record` (labs, totals, verdicts, flags, status) from one run's trusted verdicts."""
+    """Fill `record` (labs, totals, verdicts, flags, status) from one run's trusted verdicts; `proven`
+    tests passed by the batch's reference proof (`proof`), without running."""
     by_node = found.by_node
     known = [lab.id for lab in checkpoint.tree_labs]
     for lab in checkpoint.labs:
@@ -160,7 +170,7 @@ def score(
         )
     ]
     trusted = {} if found.tampering else by_node
-    record.tests = verdicts(labs_of, trusted, held_out_nodes(checkpoint, labs_of))
+    record.tests = verdicts(labs_of, trusted, held_out_nodes(checkpoint, labs_of), proven)
     record.durations = durations(labs_of, trusted)
     record.total = sum(s.total for s in required)
     # MemoryError is read from the structured verdict of a graded test, never from printed text.

@@ -126,6 +126,20 @@ def disguise_module(source: str, rng: random.Random) -> tuple[str, Disguise]:
 _NODE = re.compile(r"^(?P<file>[^:]+)::(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<rest>.*)$", re.DOTALL)
 
 
+def disguised_nodes(nodes: Iterable[str], disguises: Mapping[str, Disguise]) -> list[str]:
+    """The node ids a disguised run gives the public `nodes` (those of a module it does not disguise as given)."""
+    found = []
+    for node in nodes:
+        match = _NODE.match(node)
+        disguise = disguises.get(match["file"].rsplit("/", 1)[-1]) if match else None
+        if match is None or disguise is None:
+            found.append(node)
+            continue
+        secret = next((name for name, public in disguise.names.items() if public == match["name"]), None)
+        found.append(f"{match['file']}::{secret or match['name']}{match['rest']}")
+    return found
+
+
 def read_verdicts(
     tests: Iterable[object], disguises: Mapping[str, Disguise], expected: Iterable[str]
 ) -> Verdicts:
