@@ -404,9 +404,13 @@ def test_json_and_rpc_modes_write_the_learners_json_lines(real_course: Course, t
     assert "rpc mode reads one JSON object per line" in assert_one_line(rpc.stderr)
 
 
-def test_resume_goes_on_with_the_saved_session(real_course: Course, tmp_path: Path) -> None:
-    """At 13, does --resume FILE send the saved turn again as context and append the new one to the same file?"""
-    folder = solved(real_course, "13", tmp_path / "practice")
+@pytest.mark.parametrize("checkpoint_id", ["10", "11", "13"])
+def test_resume_goes_on_with_the_saved_session(
+    real_course: Course, tmp_path: Path, checkpoint_id: str
+) -> None:
+    """From 10 on (the learner's session store; 11 its context builder; 13 the Runtime), does --resume FILE
+    send the saved turn again as context and append the new one to the same file?"""
+    folder = solved(real_course, checkpoint_id, tmp_path / "practice")
     with serving(text_reply("记住了：蓝色。"), text_reply("你说的是蓝色。")) as server:
         first = run_pi(folder, ["我喜欢蓝色"], env=live(server))
         [file] = (folder / ".pi-course" / "sessions").glob("*.jsonl")
@@ -419,6 +423,29 @@ def test_resume_goes_on_with_the_saved_session(real_course: Course, tmp_path: Pa
     grown = file.read_text(encoding="utf-8")
     assert grown.startswith(saved) and len(grown.splitlines()) == len(saved.splitlines()) + 2
     assert list((folder / ".pi-course" / "sessions").glob("*.jsonl")) == [file]
+
+
+def test_at_10_every_message_is_an_entry_of_the_learners_store_under_the_one_before(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """At 10, does the session file hold one entry per message (system, prompt, calls, results, answer),
+    each hung under the one before, as the learner's own store reads it back?"""
+    folder = solved(real_course, "10", tmp_path / "practice")
+    done = run_pi(folder, ["--yes"])  # offline: the recorded coding session
+    assert done.returncode == 0, done.stderr
+    [file] = (folder / ".pi-course" / "sessions").glob("*.jsonl")
+    entries = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines()]
+    roles = [entry["message"]["role"] for entry in entries]
+    assert roles[:2] == ["system", "user"] and roles[-1] == "assistant" and "toolResult" in roles
+    assert [entry["parentId"] for entry in entries] == [None, *(entry["id"] for entry in entries[:-1])]
+
+
+def test_before_10_resume_is_refused_naming_what_is_missing(real_course: Course, tmp_path: Path) -> None:
+    """At 09, with no session store yet, is --resume one line saying the checkpoint has no session file?"""
+    folder = solved(real_course, "09", tmp_path / "practice")
+    done = run_pi(folder, ["--resume", "nothing.jsonl", "hi"])
+    assert done.returncode == 2
+    assert "--resume needs a session file" in assert_one_line(done.stderr)
 
 
 def test_resume_refuses_a_file_that_is_not_a_session(real_course: Course, tmp_path: Path) -> None:

@@ -167,15 +167,13 @@ def driver_messages() -> dict[str, str]:
 
 
 def session_for(folder: PracticeFolder, features: Sequence[str], args: argparse.Namespace) -> str | None:
-    """The run's session file (the Runtime's JSONL, or with --durable the harness's store): the one
-    `--resume` names, else a new one under .pi-course/sessions."""
+    """The run's session file (the session store's JSONL from 10 on, or with --durable the harness's
+    store): the one `--resume` names, else a new one under .pi-course/sessions."""
     if args.durable and "durable" not in features:
         raise KitError(_("--durable needs the durable harness, which this checkpoint does not have yet"))
-    if "runtime" not in features:
+    if "session" not in features:
         if args.resume:
-            raise KitError(
-                _("--resume needs the Runtime's session file, which this checkpoint does not have yet")
-            )
+            raise KitError(_("--resume needs a session file, which this checkpoint does not have yet"))
         return None
     if args.resume:
         file = Path(args.resume).expanduser().resolve()

@@ -4,7 +4,7 @@ This file is run as a script by the practice folder's interpreter (`python -P ru
 the folder first on `sys.path`: it imports the learner's package and nothing of the kit, since the kit
 process never imports a course package. It uses only what its checkpoint has, as the kit tells it in
 CONFIG (a JSON file): `features` is the lineage's list from course.toml ("chat", "tools", "agent",
-"runtime"). Every line a learner reads comes translated in CONFIG's `messages`; the API key is read from
+"session", "compaction", "runtime", "durable"). Every line a learner reads comes translated in CONFIG's `messages`; the API key is read from
 the environment variable CONFIG names and goes nowhere but the learner's transport.
 """
 
@@ -184,7 +184,7 @@ class Driver:
 
     def session_note(self) -> str:
         file = self.config.get("session_file")
-        return self.say("session_kept", file=file) if file and "runtime" in self.features else ""
+        return self.say("session_kept", file=file) if file and "session" in self.features else ""
 
     async def main(self, prompts: list[str] | None) -> None:
         self.model_ = self.model()
@@ -206,6 +206,9 @@ class Driver:
             return
         if "runtime" in self.features:
             await self.with_runtime(prompts)
+            return
+        if "session" in self.features:
+            await self.with_session(prompts)
             return
         system = self.pc.SystemMessage(content=self.config["system_prompt"], timestamp=0)
         messages: list[Any] = [system]
@@ -237,6 +240,63 @@ class Driver:
                 controller = self.pc.AbortController()
                 self.abort = controller.abort
                 await self.chat(messages, prompt, controller)
+
+    async def with_session(self, prompts: list[str] | None) -> None:
+        """10-12: the loop over the learner's JSONL session store. Each message is appended as an entry
+        under the one before it as soon as it exists, so an interrupted run leaves a file that `--resume`
+        goes on from (its last entry is the leaf). From 11 on, the model gets the context the learner's
+        `build_context` makes of the path within a budget, no longer the whole transcript."""
+        pc, file = self.pc, self.config["session_file"]
+        try:
+            store = await pc.JsonlSessionStore.open(file)
+            entries = await store.entries()
+            path = pc.path_to(entries, entries[-1].id) if entries and self.config["resume"] else []
+        except ValueError as error:
+            raise Stop(self.say("bad_session", file=file, error=error), 2) from None
+        leaf = path[-1].id if path else None
+
+        async def keep(message: Any) -> None:
+            nonlocal leaf
+            entry = pc.MessageSessionEntry(
+                id=uuid.uuid4().hex, parent_id=leaf, timestamp=time.time_ns() // 1_000_000, message=message
+            )
+            await store.append(entry)
+            path.append(entry)
+            leaf = entry.id
+
+        if not path:
+            await keep(self.pc.SystemMessage(content=self.config["system_prompt"], timestamp=0))
+        async for prompt in self.prompts(prompts):
+            self.running = True
+            controller = pc.AbortController()
+            self.abort = controller.abort
+            await keep(pc.user_message(prompt))
+            context = self.context(path)
+            result = await pc.run_agent_loop(
+                model=self.model_,
+                tools=self.tools(),
+                context=pc.AgentContext(messages=context),
+                signal=controller.signal,
+                on_event=self.on_loop_event,
+            )
+            for message in result.messages[len(context) :]:
+                await keep(message)
+            self.check_result(result)
+        if self.text_mode:
+            self.show(self.say("session_saved", file=file))
+
+    def context(self, path: list[Any]) -> list[Any]:
+        """The messages the model gets: the path's (10), or from 11 the learner's context within a budget."""
+        if "compaction" not in self.features:
+            return [entry.message for entry in path if isinstance(entry, self.pc.MessageSessionEntry)]
+        built = self.pc.build_context(
+            path,
+            max_tokens=128_000,
+            reserved_output=8_000,
+            safety_margin=2_000,
+            estimate_tokens=estimate_tokens,
+        )
+        return list(built.messages)
 
     async def with_durable(self, prompts: list[str] | None) -> None:
         """19: the durable harness; the store is written to the run's file after every commit, so a
