@@ -2,7 +2,8 @@
 
 Usage: python benchmarks/bench_grade_depth.py [N] [CHECKPOINT ...]   (default: 4 folders of 06 and 17)
 
-Each folder is a finished learner whose code is their own: the solution's teaching files with a `pass`
+Each folder is a finished learner whose code is their own: the solution's teaching files (and the files
+the learner writes from nothing) with a `pass`
 put first in every function, so every function of the checkpoint's own files differs from the solution
 (the worst case for the reference proof) while the inherited files are untouched. Each checkpoint is
 graded twice with `--jobs 2`: as shipped (the batch's reference proof skips the tests it vouches for)
@@ -55,7 +56,7 @@ def make_class(root: Path, checkpoint_id: str, size: int) -> list[Path]:
     checkpoint = course.checkpoint(checkpoint_id)
     template = root / "template"
     practice.create(course, checkpoint, template)
-    for relative in checkpoint.teaching_files:
+    for relative in (*checkpoint.teaching_files, *checkpoint.solution_only):
         solved = (course.root / checkpoint.solution / relative).read_text(encoding="utf-8")
         (template / relative).write_text(own_code(solved), encoding="utf-8")
     folders = []
@@ -66,8 +67,9 @@ def make_class(root: Path, checkpoint_id: str, size: int) -> list[Path]:
     return folders
 
 
-def grade(folders: list[Path], out: Path, extra: list[str]) -> tuple[float, Counter[str], int]:
-    """Grade the folders once; (wall seconds, statuses, tests proven in all)."""
+def grade(folders: list[Path], out: Path, extra: list[str]) -> tuple[float, Counter[str], int, float]:
+    """Grade the folders once; (wall seconds, statuses, tests proven in all, mean seconds of one learner's
+    grading as its record says: the reference run of the batch left out)."""
     started = time.perf_counter()
     command = [sys.executable, "-m", "pi_course_kit.cli", "grade", *map(str, folders)]
     command += ["--jobs", "2", "--json", str(out), "--quiet", *extra]
@@ -75,7 +77,8 @@ def grade(folders: list[Path], out: Path, extra: list[str]) -> tuple[float, Coun
     elapsed = time.perf_counter() - started
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     proven = sum(test["proven"] for record in records for test in record["tests"])
-    return elapsed, Counter(record["status"] for record in records), proven
+    each = sum(float(record["seconds"]) for record in records) / max(1, len(records))
+    return elapsed, Counter(record["status"] for record in records), proven, each
 
 
 def main(size: int, checkpoints: list[str]) -> None:
@@ -84,10 +87,11 @@ def main(size: int, checkpoints: list[str]) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-depth-") as tmp:
             folders = make_class(Path(tmp), checkpoint_id, size)
             for label, extra in (("as shipped", []), ("--no-proof", ["--no-proof"])):
-                elapsed, statuses, proven = grade(folders, Path(tmp) / f"grades-{len(extra)}.jsonl", extra)
+                out = Path(tmp) / f"grades-{len(extra)}.jsonl"
+                elapsed, statuses, proven, each = grade(folders, out, extra)
                 print(
                     f"{checkpoint_id} {label:>10}: {size} folders in {elapsed:6.1f} s "
-                    f"({elapsed / size:5.1f} s/folder), {proven} tests proven, load "
+                    f"({elapsed / size:5.1f} s/folder; one learner {each:5.1f} s), {proven} tests proven, load "
                     f"{os.getloadavg()[0]:.1f}  {dict(statuses)}",
                     flush=True,
                 )
