@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +90,10 @@ def accounted(
     runs: list[Sandboxed] = []
     real_run = grader._run
 
-    def run(tree: Path, out: Path, slot: grading.Slot, order_seed: str) -> Sandboxed:
-        runs.append(real_run(tree, out, slot, order_seed))
+    def run(
+        tree: Path, out: Path, slot: grading.Slot, order_seed: str, skipped: Sequence[str] = ()
+    ) -> Sandboxed:
+        runs.append(real_run(tree, out, slot, order_seed, skipped))
         return runs[-1]
 
     with pytest.MonkeyPatch.context() as monkeypatch:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -70,8 +70,10 @@ def losing_reports(grader: grading.Grader, monkeypatch: pytest.MonkeyPatch, lost
     real_run = grader._run
     runs: list[int] = []
 
-    def run(tree: Path, out: Path, slot: grading.Slot, order_seed: str) -> Sandboxed:
-        result = real_run(tree, out, slot, order_seed)
+    def run(
+        tree: Path, out: Path, slot: grading.Slot, order_seed: str, skipped: Sequence[str] = ()
+    ) -> Sandboxed:
+        result = real_run(tree, out, slot, order_seed, skipped)
         runs.append(result.returncode)
         if len(runs) <= lost:
             # What a run killed half-way leaves: some test records, no closing summary.
