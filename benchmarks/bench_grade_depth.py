@@ -6,8 +6,8 @@ Each folder is a finished learner whose code is their own: the solution's teachi
 the learner writes from nothing) with a `pass`
 put first in every function, so every function of the checkpoint's own files differs from the solution
 (the worst case for the reference proof) while the inherited files are untouched. Each checkpoint is
-graded twice with `--jobs 2`: as shipped (the batch's reference proof skips the tests it vouches for)
-and with `--no-proof` (every test runs). The figures include each batch's reference run of the solution.
+graded twice with `--jobs 2`: with `--proof` (the batch's reference proof skips the tests it vouches
+for; by default only batches of eight folders or more get it) and with `--no-proof` (every test runs). The figures include each batch's reference run of the solution.
 """
 
 from __future__ import annotations
@@ -82,11 +82,11 @@ def grade(folders: list[Path], out: Path, extra: list[str]) -> tuple[float, Coun
 
 
 def main(size: int, checkpoints: list[str]) -> None:
-    """Grade each checkpoint's class as shipped and with --no-proof; print seconds per folder."""
+    """Grade each checkpoint's class with --proof and with --no-proof; print seconds per folder."""
     for checkpoint_id in checkpoints:
         with tempfile.TemporaryDirectory(prefix="bench-depth-") as tmp:
             folders = make_class(Path(tmp), checkpoint_id, size)
-            for label, extra in (("as shipped", []), ("--no-proof", ["--no-proof"])):
+            for label, extra in (("--proof", ["--proof"]), ("--no-proof", ["--no-proof"])):
                 out = Path(tmp) / f"grades-{len(extra)}.jsonl"
                 elapsed, statuses, proven, each = grade(folders, out, extra)
                 print(

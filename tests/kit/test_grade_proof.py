@@ -244,7 +244,8 @@ def graded(course: Course, child: Checkpoint, tmp_path_factory: pytest.TempPathF
     told = folders["docstring"] / "fx_course" / "counter.py"
     told.write_text(told.read_text(encoding="utf-8").replace('"""Go back to zero."""', '"""Back to zero."""'))
     out = root / "grades.jsonl"
-    code = cli.main(["grade", *map(str, folders.values()), "--json", str(out), "--jobs", "2", *FX])
+    # Five folders: fewer than the default's batch size, so --proof asks for the proof.
+    code = cli.main(["grade", *map(str, folders.values()), "--json", str(out), "--jobs", "2", "--proof", *FX])
     records = {
         Path(r["folder"]).name: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())
     }
@@ -297,3 +298,16 @@ def test_a_changed_docstring_proves_nothing(graded: dict[str, Any]) -> None:
     record = graded["records"]["docstring"]
     assert record["status"] == "complete"
     assert not any(test["proven"] for test in record["tests"])
+
+
+@pytest.mark.sandbox
+def test_a_small_batch_is_not_traced_unless_asked(course: Course, child: Checkpoint, tmp_path: Path) -> None:
+    """Tracing the reference costs about what eight learners save: does a batch of one, without --proof,
+    run every test (none proven), as a Gradescope submission graded alone does?"""
+    folder = practice.create(course, child, tmp_path / "alone")
+    solve(course, child, folder)
+    out = tmp_path / "grades.jsonl"
+    assert cli.main(["grade", str(folder), "--json", str(out), "--jobs", "1", *FX]) == 0
+    [record] = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert record["status"] == "complete"
+    assert record["tests"] and not any(test["proven"] for test in record["tests"])

@@ -166,11 +166,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument(
-        "--no-proof",
-        action="store_true",
+        "--proof",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help=_(
-            "run every test for every learner, also those the batch's run of the solution proves: tests "
-            "that run none of the learner's changed code (slower on late checkpoints)"
+            "skip in each learner's run the tests the batch's traced run of the solution proves: tests that "
+            "run none of the learner's changed code (default: for batches of 8 folders or more; "
+            "--no-proof runs every test)"
         ),
     )
     add_manifest_option(parser)
@@ -408,7 +410,7 @@ def run(args: argparse.Namespace) -> int:
         args.checkpoint,
         unsafe=args.unsafe,
         fresh_sandboxes=args.fresh_sandbox,
-        proof=not args.no_proof,
+        proof=args.proof,
     )
     if args.classroom is not None:
         classroom.use_starter_reference(grader, course, course.checkpoint(args.checkpoint))

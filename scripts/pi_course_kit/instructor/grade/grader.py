@@ -79,6 +79,9 @@ IMPORT_TIMEOUT_INI = "pi_course_import_timeout"  # the report plugin's ini key (
 #: The reference run of a checkpoint's solution is tried this many times more when it fails: a loaded
 #: machine can fail an honest run, and a failing reference must never reach a learner's score.
 REFERENCE_RETRIES = 2
+#: The smallest batch whose reference run is traced for the proof by default: tracing costs the batch about
+#: what eight learners of a late checkpoint save (benchmarks/README.md, "Grading 17 against 06").
+PROOF_MIN_FOLDERS = 8
 HELD_PLUGIN = "pi_course_held"  # held_plugin.py as the kit folder holds it (slots.install)
 LAB_TIME_PLUGIN = "pi_course_lab_time"  # lab_time.py: one time-out per lab (issue #37)
 
@@ -180,14 +183,16 @@ class Grader:
         checkpoint: str | None = None,
         unsafe: bool = False,
         fresh_sandboxes: bool = False,
-        proof: bool = True,
+        proof: bool | None = None,
     ) -> None:
         self.course, self.limits, self.jobs = course, limits, max(1, jobs)
         self.checkpoint_override = checkpoint
         self.unsafe = unsafe
         self.fresh_sandboxes = fresh_sandboxes
-        #: Whether a learner's run skips the tests the batch's reference proof vouches for (`proof`).
-        self.use_proof = proof
+        #: Whether a learner's run skips the tests the batch's reference proof vouches for (`proof`);
+        #: None: `prepare` decides by the batch's size (PROOF_MIN_FOLDERS).
+        self.proof_choice = proof
+        self.use_proof = bool(proof)
         self.root = os.geteuid() == 0
         if unsafe and self.root:
             raise KitError(
@@ -302,6 +307,8 @@ class Grader:
 
         Raises ReferenceFailed (the batch stops) when one keeps failing; no learner has been run by then.
         """
+        if self.proof_choice is None:
+            self.use_proof = len(folders) >= PROOF_MIN_FOLDERS
         wanted: dict[str, Checkpoint] = {}
         counts: dict[str, int] = {}
         for folder in folders:
