@@ -364,11 +364,12 @@ def test_the_workspace_is_never_the_learners_code_or_tests(
     assert "--workspace" in assert_one_line(done.stderr)
 
 
-@pytest.mark.parametrize("checkpoint_id", ["09", "13"])
+@pytest.mark.parametrize("checkpoint_id", ["09", "10", "13"])
 def test_ctrl_c_aborts_the_run_and_keeps_the_session_readable(
     real_course: Course, tmp_path: Path, checkpoint_id: str
 ) -> None:
-    """At 09 and 13, does Ctrl-C during a streamed reply end in one line, exit 130, a session that parses?"""
+    """At 09, 10 and 13, does Ctrl-C during a streamed reply end in one line, exit 130, and (from 10, which
+    keeps a session file) a session that parses, ending with the aborted reply?"""
     folder = solved(real_course, checkpoint_id, tmp_path / "practice")
     held = sse.Reply([sse.sse_event(chunk({"content": "正在"})), sse.HOLD])
     with serving(held) as server:
@@ -376,7 +377,7 @@ def test_ctrl_c_aborts_the_run_and_keeps_the_session_readable(
     assert code == 130, err
     assert "interrupted" in assert_one_line(err) and KEY not in out + err
     files = list((folder / ".pi-course" / "sessions").glob("*.jsonl"))
-    assert len(files) == (1 if checkpoint_id == "13" else 0)
+    assert len(files) == (0 if checkpoint_id == "09" else 1)
     for file in files:
         entries = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines()]
         assert [e["message"]["role"] for e in entries if e["type"] == "message"][-2:] == ["user", "assistant"]
