@@ -61,29 +61,32 @@ def mutation_problems(course: Course, checkpoint: Checkpoint) -> list[str]:
     return problems
 
 
-def mutation_lab(course: Course, checkpoint: Checkpoint, mutation: Mutation) -> str | None:
-    """The lab whose `# ## Lab X` section holds the mutated text, if the file has sections."""
+def _found(course: Course, checkpoint: Checkpoint, mutation: Mutation) -> tuple[Path, str, int] | None:
+    """The solution file, its text and where the mutation's `find` text starts in it (None: not found)."""
     path = _solution_file(course, checkpoint, mutation)
     try:
         source = path.read_text(encoding="utf-8")
     except OSError:
         return None
     offset = source.find(mutation.find)
-    if offset < 0:
+    return (path, source, offset) if offset >= 0 else None
+
+
+def mutation_lab(course: Course, checkpoint: Checkpoint, mutation: Mutation) -> str | None:
+    """The lab whose `# ## Lab X` section holds the mutated text, if the file has sections."""
+    found = _found(course, checkpoint, mutation)
+    if found is None:
         return None
+    _path, source, offset = found
     return lab_at(source.splitlines(), source.count("\n", 0, offset) + 1)
 
 
 def mutated_place(course: Course, checkpoint: Checkpoint, mutation: Mutation) -> str | None:
     """The function (or module-level name) of the solution holding the first line the mutation changes."""
-    path = _solution_file(course, checkpoint, mutation)
-    try:
-        source = path.read_text(encoding="utf-8")
-    except OSError:
+    found = _found(course, checkpoint, mutation)
+    if found is None:
         return None
-    offset = source.find(mutation.find)
-    if offset < 0:
-        return None
+    path, source, offset = found
     offset += len(mutation.find) - len(mutation.find.lstrip())
     line = source.count("\n", 0, offset) + 1
     return records.function_at(path, line) or records.defined_at(path, line)
