@@ -41,10 +41,9 @@ def run_tree(
     """
     env = None
     if runs is not None or extra_env:
-        env = dict(os.environ)
-        env.update(extra_env or {})
-    if runs is not None and env is not None:
-        env[LANG_ENV] = course.language
+        env = {**os.environ, **(extra_env or {})}
+        if runs is not None:
+            env[LANG_ENV] = course.language
     with staged(course, checkpoint, course.root / tree) as folder:
         # Only the JSON records are read; drawing ~100 tracebacks would cost seconds.
         return run_tests(folder, ("--tb=no", *args), env=env, launch=prewarmed.launch, reuse=runs)

@@ -353,9 +353,11 @@ class Grader:
             return _Failure(where, "error", result.timed_out, detail)
         labs_of = {t.nodeid: t.lab or "" for t in tests}
         files = {name: path.read_bytes() for name, path in test_files(self.course, checkpoint).items()}
-        shape = proof.PackageShape.read(self.course.root / checkpoint.solution / self.course.package)
-        passed = {node: trace for node, trace in traces.items() if node in labs_of}
-        found = proof.Proof(shape, passed) if shape is not None and traced else None
+        found = None
+        if traced:  # an untraced run proves nothing: the package is not even read
+            shape = proof.PackageShape.read(self.course.root / checkpoint.solution / self.course.package)
+            passed = {node: trace for node, trace in traces.items() if node in labs_of}
+            found = proof.Proof(shape, passed) if shape is not None else None
         return Reference(checkpoint, labs_of, files, proof=found)
 
     def _disguise(self, reference: Reference) -> Batch:

@@ -103,9 +103,9 @@ class ProofPlugin:
 
     def _unit(self, code: CodeType) -> str | None:
         if code not in self.names:
-            inside = os.path.abspath(code.co_filename).startswith(self.package + os.sep)
-            if inside:
-                relative = os.path.relpath(os.path.abspath(code.co_filename), os.path.dirname(self.package))
+            path = os.path.abspath(code.co_filename)
+            if path.startswith(self.package + os.sep):
+                relative = os.path.relpath(path, os.path.dirname(self.package))
                 self.names[code] = f"{Path(relative).as_posix()}::{unit_name(code)}"
             else:
                 self.names[code] = None
