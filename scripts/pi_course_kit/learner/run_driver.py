@@ -224,16 +224,8 @@ class Driver:
             if agent is not None:
                 self.check_result(await agent.prompt(prompt))
             elif "tools" in self.features:
-                controller = self.pc.AbortController()
-                self.abort = controller.abort
                 messages.append(self.pc.user_message(prompt))
-                result = await self.pc.run_agent_loop(
-                    model=self.model_,
-                    tools=self.tools(),
-                    context=self.pc.AgentContext(messages=messages),
-                    signal=controller.signal,
-                    on_event=self.on_loop_event,
-                )
+                result = await self.loop_turn(messages)
                 self.check_result(result)
                 messages = result.messages
             else:
@@ -268,22 +260,26 @@ class Driver:
             await keep(self.pc.SystemMessage(content=self.config["system_prompt"], timestamp=0))
         async for prompt in self.prompts(prompts):
             self.running = True
-            controller = pc.AbortController()
-            self.abort = controller.abort
             await keep(pc.user_message(prompt))
             context = self.context(path)
-            result = await pc.run_agent_loop(
-                model=self.model_,
-                tools=self.tools(),
-                context=pc.AgentContext(messages=context),
-                signal=controller.signal,
-                on_event=self.on_loop_event,
-            )
+            result = await self.loop_turn(context)
             for message in result.messages[len(context) :]:
                 await keep(message)
             self.check_result(result)
         if self.text_mode:
             self.show(self.say("session_saved", file=file))
+
+    async def loop_turn(self, messages: list[Any]) -> Any:
+        """One run of the learner's agent loop over `messages`, which Ctrl-C aborts through its signal."""
+        controller = self.pc.AbortController()
+        self.abort = controller.abort
+        return await self.pc.run_agent_loop(
+            model=self.model_,
+            tools=self.tools(),
+            context=self.pc.AgentContext(messages=messages),
+            signal=controller.signal,
+            on_event=self.on_loop_event,
+        )
 
     def context(self, path: list[Any]) -> list[Any]:
         """The messages the model gets: the path's (10), or from 11 the learner's context within a budget."""
