@@ -30,19 +30,14 @@ from pi_course_kit.learner import practice
 class _PassFirst(ast.NodeTransformer):
     """Put `pass` first in every function body (after its docstring): the same behaviour, other code."""
 
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
         self.generic_visit(node)
         first = node.body[0] if node.body else None
         keep = int(isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant))
         node.body.insert(keep, ast.Pass())
         return node
 
-    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AsyncFunctionDef:
-        self.generic_visit(node)
-        first = node.body[0] if node.body else None
-        keep = int(isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant))
-        node.body.insert(keep, ast.Pass())
-        return node
+    visit_AsyncFunctionDef = visit_FunctionDef
 
 
 def own_code(source: str) -> str:
