@@ -103,7 +103,10 @@ def test_the_detectors_tell_the_languages_apart() -> None:
 
 
 def _env(language: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in (*LOCALE_VARIABLES, "PYTHONPATH")}
+    # The suite's own PYTEST_ADDOPTS (a CI's --junitxml, --durations) are not the learner's: their lines
+    # would be the outer run's English, written into the inner run's output.
+    leave = (*LOCALE_VARIABLES, "PYTHONPATH", "PYTEST_ADDOPTS")
+    env = {k: v for k, v in os.environ.items() if k not in leave}
     if language:
         env["LANG"] = language
     return env
