@@ -379,3 +379,25 @@ def test_unsafe_grading_without_root_grades_as_usual_and_says_so(
     # a1's five required tests; the optional exercise's file is not in the folder.
     assert [(r.status, r.passed) for r in records] == [("complete", 5), ("not started", 0)]
     assert all(any("--unsafe" in flag for flag in r.flags) for r in records)
+
+
+def test_the_sandboxes_copies_of_the_packages_keep_bytecode_python_will_use(tmp_path: Path) -> None:
+    """Does every timestamp-checked `.pyc` the scratch copies for the sandboxes still match its copied source,
+    so that a sandboxed run imports pytest and hypothesis from bytecode instead of compiling them again?"""
+    # Compiled as the kit's bootstrap compiles the venv (a venv made otherwise may hold none yet).
+    pluggy = next(path for path in bwrap.site_paths() if path.name == "pluggy")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(pluggy)], check=True, capture_output=True)
+    bwrap.copy_site(tmp_path)
+    checked = 0
+    for pyc in (tmp_path / bwrap.SITE_COPY / "pluggy" / "__pycache__").glob(
+        f"*.{sys.implementation.cache_tag}.pyc"
+    ):
+        header = pyc.read_bytes()[:16]
+        if int.from_bytes(header[4:8], "little") != 0:
+            continue  # a hash-based pyc: checked against the source's bytes, not its time
+        source = pyc.parent.parent / f"{pyc.name.split('.')[0]}.py"
+        found = source.stat()
+        assert int.from_bytes(header[8:12], "little") == int(found.st_mtime) & 0xFFFFFFFF, source.name
+        assert int.from_bytes(header[12:16], "little") == found.st_size & 0xFFFFFFFF, source.name
+        checked += 1
+    assert checked > 0

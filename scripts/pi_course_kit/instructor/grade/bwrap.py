@@ -571,10 +571,15 @@ def copy_site(scratch: Path, requires: tuple[str, ...] = ()) -> None:
 def _plain_copy(source: str, target: str) -> str:
     """Copy a file's bytes as a plain file, mode 0644: nothing under the scratch is executable.
 
-    Extension modules need no execute bit to load (the scratch is not mounted noexec).
+    Extension modules need no execute bit to load (the scratch is not mounted noexec). The copy keeps
+    the source's modification time: a `.pyc` is used only while its source's mtime and size are the
+    ones it recorded, and with a new mtime every sandboxed run compiled pytest and hypothesis again
+    (0.43 s to import hypothesis instead of 0.22 s).
     """
     shutil.copyfile(source, target)
     os.chmod(target, 0o644)
+    found = os.stat(source)
+    os.utime(target, ns=(found.st_atime_ns, found.st_mtime_ns))
     return target
 
 
