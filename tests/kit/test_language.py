@@ -369,6 +369,9 @@ PYTEST_ENGLISH = (
     " failed",
     "collected ",
     "platform ",
+    "slowest ",
+    " durations",
+    "generated xml file",
 )
 
 
@@ -398,7 +401,7 @@ def _pytest_run(folder: Path, args: list[str], language: str | None) -> str:
 def test_a_chinese_pytest_run_shows_none_of_pytests_own_english(
     real_course: Course, tmp_path: Path, mistake: tuple[str, str]
 ) -> None:
-    """In a Chinese 00 folder with a planted mistake, does `python -m pytest` (and -x) show no pytest English?
+    """In a Chinese 00 folder with a planted mistake, does `python -m pytest` (-x, --durations) show no pytest English?
 
     Section titles, counts, the short summary and the explanations inside a failure come in Chinese; the
     test's code and its values stay as they are. The next step asks the failing test's question.
@@ -410,7 +413,8 @@ def test_a_chinese_pytest_run_shows_none_of_pytests_own_english(
     text = target.read_text(encoding="utf-8")
     assert mistake[0] in text
     target.write_text(text.replace(mistake[0], mistake[1]), encoding="utf-8")
-    for args in ([], ["-x"]):
+    # The learner's own options add sections of their own: `--durations`' table, `--junitxml`'s line.
+    for args in ([], ["-x"], ["-x", "--durations=3", f"--junitxml={tmp_path / 'run.xml'}"]):
         output = _pytest_run(folder, args, None)
         shown = [phrase for phrase in PYTEST_ENGLISH if phrase in output]
         assert shown == [], output[-4000:]

@@ -538,26 +538,44 @@ _SECTION_TITLES = {
 }
 #: The line pytest adds under an interrupted run.
 FULL_TRACE_HINT = "(to show a full traceback on KeyboardInterrupt use --full-trace)"
-_SECTION_PATTERNS = tuple(
-    (re.compile("^" + re.sub(r"\\{(\w+)\\}", r"(?P<\1>.*?)", re.escape(msgid)) + "$"), msgid)
-    for msgid in (
-        "stopping after {count} failures",
-        "Interrupted: {count} error during collection",
-        "Interrupted: {count} errors during collection",
-        "Captured {stream} {phase}",
-        "Captured log {phase}",
-        "{count} failed",
-        "{count} passed",
-        "{count} skipped",
-        "{count} deselected",
-        "{count} xfailed",
-        "{count} xpassed",
-        "{count} error",
-        "{count} errors",
-        "{count} warning",
-        "{count} warnings",
-        "no tests ran",
+
+
+def _title_patterns(*msgids: str) -> tuple[tuple[re.Pattern[str], str], ...]:
+    """Each msgid as a pattern that matches pytest's English line, its `{fields}` as (shortest) groups."""
+    return tuple(
+        (re.compile("^" + re.sub(r"\\{(\w+)\\}", r"(?P<\1>.*?)", re.escape(msgid)) + "$"), msgid)
+        for msgid in msgids
     )
+
+
+_SECTION_PATTERNS = _title_patterns(
+    "stopping after {count} failures",
+    "Interrupted: {count} error during collection",
+    "Interrupted: {count} errors during collection",
+    "Captured {stream} {phase}",
+    "Captured log {phase}",
+    "{count} failed",
+    "{count} passed",
+    "{count} skipped",
+    "{count} deselected",
+    "{count} xfailed",
+    "{count} xpassed",
+    "{count} error",
+    "{count} errors",
+    "{count} warning",
+    "{count} warnings",
+    "no tests ran",
+)
+#: Titles of sections a learner's own options add: `--durations=N`, `--junitxml=FILE`.
+_OPTION_TITLES = _title_patterns(
+    "slowest {count} durations", "slowest durations", "generated xml file: {path}"
+)
+#: `--durations`' lines: `0.52s call     tests/test_x.py::test_y`, and the note on the ones it left out.
+_DURATION_LINE = re.compile(
+    r"^(?P<seconds>\d[\d.]*s) (?P<when>setup|call|teardown)(?P<pad> +)(?P<nodeid>\S.*)$"
+)
+_DURATIONS_HIDDEN = re.compile(
+    r"^\((?P<count>\d+) durations < (?P<threshold>[\d.]+s) hidden\.  Use -vv to show these durations\.\)$"
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _COUNT_WORDS = re.compile(
@@ -575,7 +593,7 @@ def terminal_title(title: str) -> str:
     plain = _ANSI.sub("", title).strip()
     if plain in _SECTION_TITLES:
         return _(_SECTION_TITLES[plain])
-    for pattern, msgid in _SECTION_PATTERNS[:5]:
+    for pattern, msgid in (*_SECTION_PATTERNS[:5], *_OPTION_TITLES):
         if (found := _translated(pattern, msgid, plain)) is not None:
             return found
     if _COUNT_WORDS.search(title):  # the closing counts: `4 failed, 5 passed in 0.22s`, maybe coloured
@@ -603,6 +621,13 @@ def terminal_line(line: str) -> str:
             r"(\d+) (deselected|selected)", lambda m: _("{count} " + m[2]).format(count=m[1]), match["rest"]
         )
         return _("collected {count} items").format(count=match["count"]) + rest
+    if match := _DURATION_LINE.match(plain):
+        when = {"setup": _("setup"), "call": _("call"), "teardown": _("teardown")}[match["when"]]
+        return f"{match['seconds']} {when}{match['pad']}{match['nodeid']}"
+    if match := _DURATIONS_HIDDEN.match(plain):
+        return _("({count} durations < {threshold} hidden; -vv shows them)").format(
+            count=match["count"], threshold=match["threshold"]
+        )
     return line
 
 
