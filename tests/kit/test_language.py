@@ -401,7 +401,8 @@ def _pytest_run(folder: Path, args: list[str], language: str | None) -> str:
 def test_a_chinese_pytest_run_shows_none_of_pytests_own_english(
     real_course: Course, tmp_path: Path, mistake: tuple[str, str]
 ) -> None:
-    """In a Chinese 00 folder with a planted mistake, does `python -m pytest` (-x, --durations) show no pytest English?
+    """In a Chinese 00 folder with a planted mistake, does `python -m pytest` (also with -x and --durations)
+    show no pytest English?
 
     Section titles, counts, the short summary and the explanations inside a failure come in Chinese; the
     test's code and its values stay as they are. The next step asks the failing test's question.

@@ -574,7 +574,7 @@ def _plain_copy(source: str, target: str) -> str:
     Extension modules need no execute bit to load (the scratch is not mounted noexec). The copy keeps
     the source's modification time: a `.pyc` is used only while its source's mtime and size are the
     ones it recorded, and with a new mtime every sandboxed run compiled pytest and hypothesis again
-    (0.43 s to import hypothesis instead of 0.22 s).
+    (hypothesis imported from the copy in 0.43 s, and in 0.28 s with the mtime kept).
     """
     shutil.copyfile(source, target)
     os.chmod(target, 0o644)
