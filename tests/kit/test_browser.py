@@ -227,16 +227,6 @@ async def _page(context: BrowserContext, guard: Guard) -> tuple[Page, Visit]:
     return page, visit
 
 
-async def _open(
-    session: Session, allowed: str, width: int, height: int, **options: Any
-) -> tuple[BrowserContext, Page, Visit]:
-    """A fresh context and its one page, whose requests may only go to URLs starting with `allowed`."""
-    guard = Guard(allowed)
-    context = await _context(session, guard, width, height, **options)
-    page, visit = await _page(context, guard)
-    return context, page, visit
-
-
 async def _idle(page: Page, ready: str = "() => true") -> None:
     """Wait until `ready` holds and the main thread has been quiet for QUIET_MS."""
     await page.wait_for_function(f"() => ({ready})() && ({IDLE})()", polling=250, timeout=0)
@@ -248,6 +238,28 @@ async def _settled(page: Page) -> None:
         "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))"
     )
     await _idle(page)
+
+
+@dataclass
+class Viewer:
+    """A context and one page for a kind of screen, reused for every static page shown on it: a new context
+    starts a renderer process, measured at about 1.3 s of CPU, while a navigation in an open page costs
+    about 0.2 s. Each page is a new document (no script state survives it), and a new `Visit` and guard
+    prefix are set before each navigation."""
+
+    context: BrowserContext
+    guard: Guard
+    page: Page | None = None
+
+    async def show(self, path: Path) -> tuple[Page, Visit]:
+        """`path` opened and idle, with requests allowed only to it; (page, what it logged and asked for)."""
+        if self.page is None or self.page.is_closed():  # none yet, or its renderer crashed
+            self.page, _visit = await _page(self.context, self.guard)
+        self.guard.allowed = path.as_uri()
+        visit = self.guard.visit = Visit()
+        await self.page.goto(path.as_uri())
+        await _idle(self.page)
+        return self.page, visit
 
 
 # The browser, JupyterLab and its loaded page live as long as the worker (scope "session"): a worker runs
@@ -392,6 +404,32 @@ def lab_browser(session: Session, jupyterlab: Lab) -> Iterator[LabBrowser]:
         session.run(context.close(), 30)
 
 
+@pytest.fixture(scope="session")
+def viewers(session: Session) -> Iterator[dict[str, Viewer]]:
+    """A viewer per width of WIDTHS (a phone: mobile layout and touch); files only, no network."""
+    made: dict[str, Viewer] = {}
+    try:
+        for name, width in WIDTHS.items():
+            phone = width < 600
+            guard = Guard("file:///")
+            context = session.run(
+                _context(
+                    session,
+                    guard,
+                    width,
+                    844 if phone else 900,
+                    is_mobile=phone,
+                    has_touch=phone,
+                    device_scale_factor=1,
+                )
+            )
+            made[name] = Viewer(context, guard)
+        yield made
+    finally:
+        for viewer in made.values():
+            session.run(viewer.context.close(), 30)
+
+
 # Close what is open, then open the notebook with the command the file browser runs on a double click.
 OPEN_NOTEBOOK = """
 async (path) => {
@@ -486,22 +524,19 @@ def test_notebook_opens_in_jupyterlab_goes_idle_and_logs_no_error(
     assert outputs >= with_outputs > 0
 
 
-async def _static(session: Session, path: Path, shot: Path) -> tuple[Visit, list[str], int]:
+async def _static(viewer: Viewer, path: Path, shot: Path) -> tuple[Visit, list[str], int]:
     """Open an exported notebook with no network; (visit, low-contrast texts, rendered HTML outputs)."""
-    context, page, visit = await _open(session, path.as_uri(), 1280, 900)
-    try:
-        await page.goto(path.as_uri())
-        await _idle(page)
-        low: list[str] = await page.evaluate(CONTRAST_PROBE, [".jp-OutputArea-output", CONTRAST])
-        shown: int = await page.evaluate("document.querySelectorAll('.jp-RenderedHTMLCommon').length")
-        await page.screenshot(path=str(shot), full_page=True)
-        return visit, low, shown
-    finally:
-        await context.close()
+    page, visit = await viewer.show(path)
+    low: list[str] = await page.evaluate(CONTRAST_PROBE, [".jp-OutputArea-output", CONTRAST])
+    shown: int = await page.evaluate("document.querySelectorAll('.jp-RenderedHTMLCommon').length")
+    await page.screenshot(path=str(shot), full_page=True)
+    return visit, low, shown
 
 
 @pytest.mark.parametrize("checkpoint_id", [c.id for c in real_checkpoints() if c.notebook])
-def test_static_html_export_needs_no_network(session: Session, checkpoint_id: str, tmp_path: Path) -> None:
+def test_static_html_export_needs_no_network(
+    session: Session, viewers: dict[str, Viewer], checkpoint_id: str, tmp_path: Path
+) -> None:
     """Exported with nbconvert --to html, does the notebook show its outputs offline, asking the network for nothing it needs?"""
     nb = executed(checkpoint_id, "solution")
     math = [
@@ -515,7 +550,7 @@ def test_static_html_export_needs_no_network(session: Session, checkpoint_id: st
     page = tmp_path / f"{checkpoint_id}.html"
     page.write_text(body, encoding="utf-8")
     shot = session.shots / f"static-{checkpoint_id}.png"
-    visit, low, shown = session.run(_static(session, page, shot))
+    visit, low, shown = session.run(_static(viewers["desktop"], page, shot))
     assert [url for url in visit.refused if not any(part in url for part in NBCONVERT_OPTIONAL)] == []
     assert visit.errors == [] and low == []
     assert shown >= sum(
@@ -529,38 +564,23 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("reports")
 
 
-async def _report(
-    session: Session, path: Path, width: int, shot: Path
-) -> tuple[Visit, list[str], list[str], str]:
-    """Open a report file at `width` (a phone: mobile layout); (visit, low contrast, too wide, viewport tag)."""
-    phone = width < 600
-    context, page, visit = await _open(
-        session,
-        path.as_uri(),
-        width,
-        844 if phone else 900,
-        is_mobile=phone,
-        has_touch=phone,
-        device_scale_factor=1,
+async def _report(viewer: Viewer, path: Path, shot: Path) -> tuple[Visit, list[str], list[str], str]:
+    """Open a report file on `viewer`'s screen; (visit, low contrast, too wide, viewport tag)."""
+    page, visit = await viewer.show(path)
+    low: list[str] = await page.evaluate(CONTRAST_PROBE, ["body", CONTRAST])
+    wide: list[str] = await page.evaluate(OVERFLOW_PROBE)
+    viewport: str = await page.evaluate(
+        "document.querySelector('meta[name=viewport]')?.getAttribute('content') || ''"
     )
-    try:
-        await page.goto(path.as_uri())
-        await _idle(page)
-        low: list[str] = await page.evaluate(CONTRAST_PROBE, ["body", CONTRAST])
-        wide: list[str] = await page.evaluate(OVERFLOW_PROBE)
-        viewport: str = await page.evaluate(
-            "document.querySelector('meta[name=viewport]')?.getAttribute('content') || ''"
-        )
-        await page.screenshot(path=str(shot), full_page=True)
-        return visit, low, wide, viewport
-    finally:
-        await context.close()
+    await page.screenshot(path=str(shot), full_page=True)
+    return visit, low, wide, viewport
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("version", class_report.VERSIONS)
 def test_class_report_reads_on_desktop_and_phone(
     session: Session,
+    viewers: dict[str, Viewer],
     real_course: Course,
     each_checkpoint: Checkpoint,
     version: str,
@@ -575,7 +595,7 @@ def test_class_report_reads_on_desktop_and_phone(
         records, mutations = sample_class(real_course, each_checkpoint)
         class_report.write(path, real_course, records, mutations, version=version)
     shot = session.shots / f"report-{each_checkpoint.id}-{version}-{width}.png"
-    visit, low, wide, viewport = session.run(_report(session, path, WIDTHS[width], shot))
+    visit, low, wide, viewport = session.run(_report(viewers[width], path, shot))
     assert visit.errors == [] and visit.refused == []
     assert "width=device-width" in viewport
     assert wide == []
@@ -610,22 +630,22 @@ MID_WORD_PROBE = """
 """
 
 
-async def _header_breaks(session: Session, path: Path) -> tuple[Visit, list[str], str]:
+async def _header_breaks(viewer: Viewer, path: Path) -> tuple[Visit, list[str], str]:
     """Open a report at 1280 px; (visit, header texts broken inside a word, the page's h1)."""
-    context, page, visit = await _open(session, path.as_uri(), 1280, 900, device_scale_factor=1)
-    try:
-        await page.goto(path.as_uri())
-        await _idle(page)
-        broken: list[str] = await page.evaluate(MID_WORD_PROBE)
-        heading: str = await page.evaluate("document.querySelector('h1').innerText")
-        return visit, broken, heading
-    finally:
-        await context.close()
+    page, visit = await viewer.show(path)
+    broken: list[str] = await page.evaluate(MID_WORD_PROBE)
+    heading: str = await page.evaluate("document.querySelector('h1').innerText")
+    return visit, broken, heading
 
 
 @pytest.mark.parametrize("version", class_report.VERSIONS)
 def test_class_report_headers_wrap_between_words_under_the_course_title(
-    session: Session, real_course: Course, version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    session: Session,
+    viewers: dict[str, Viewer],
+    real_course: Course,
+    version: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """At 1280 px in English, does no lab-table header of any checkpoint break inside a word ("Wort h"),
     and is the page titled with the whole course's title?"""
@@ -636,7 +656,7 @@ def test_class_report_headers_wrap_between_words_under_the_course_title(
         records, mutations = sample_class(real_course, checkpoint)
         path = tmp_path / f"report-{checkpoint.id}-{version}.html"
         class_report.write(path, real_course, records, mutations, version=version)
-        visit, broken, heading = session.run(_header_breaks(session, path))
+        visit, broken, heading = session.run(_header_breaks(viewers["desktop"], path))
         assert visit.errors == [] and visit.refused == []
         assert broken == [], checkpoint.id
         assert heading.endswith(real_course.title_en) and checkpoint.title not in heading
