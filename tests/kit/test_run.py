@@ -508,3 +508,118 @@ def test_ctrl_c_three_times_stops_learner_code_that_never_awaits(real_course: Co
     assert code == 130
     offline, *rest = err.splitlines()
     assert offline.startswith("offline:") and rest == ["interrupted"] and "Traceback" not in out
+
+
+# -- MCP servers from a config file (15's tool_search, 17's client) -------------------------------------
+
+MCP_SERVER = Path(__file__).with_name("mcp_words.py")
+
+
+def mcp_config(folder: Path, **servers: dict[str, Any]) -> Path:
+    """An `--mcp` file in the folder listing `servers` (name: entry)."""
+    file = folder / "mcp.json"
+    file.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
+    return file
+
+
+def words_server(**extra: Any) -> dict[str, Any]:
+    """The SDK server of mcp_words.py, started by the folder's interpreter."""
+    return {"command": sys.executable, "args": [str(MCP_SERVER)], **extra}
+
+
+def declared(request: Any) -> set[str]:
+    return {tool["function"]["name"] for tool in request.json().get("tools", [])}
+
+
+@pytest.mark.parametrize("checkpoint_id", ["17", "19"])
+def test_a_deferred_mcp_tool_is_found_with_tool_search_then_called_through_the_learners_client(
+    real_course: Course, tmp_path: Path, checkpoint_id: str
+) -> None:
+    """With an --mcp file, does the learner's own client start the server, keep its tools out of the model's
+    list until the learner's tool_search loads them, call them, and put the servers' list into the system
+    prompt, while the server never sees the API key?"""
+    folder = solved(real_course, checkpoint_id, tmp_path / "practice")
+    config = mcp_config(folder, words=words_server())
+    replies = [
+        tool_reply(1, "tool_search", {"query": "count the words"}),
+        tool_reply(2, "mcp__words__word_count", {"text": "一 二 三"}),
+        tool_reply(3, "tool_search", {"query": "environment variable"}),
+        tool_reply(4, "mcp__words__has_variable", {"name": "OPENAI_COMPATIBLE_API_KEY"}),
+        text_reply("三个词。"),
+    ]
+    with serving(*replies) as server:
+        done = run_pi(folder, ["--mcp", config.name, "数一数 一 二 三 有几个词"], env=live(server))
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "MCP server words: connected; tools: mcp__words__word_count, mcp__words__has_variable" in done.stdout
+    )
+    assert "三个词。" in done.stdout
+    assert len(requests) == 5
+    first, after_search = declared(requests[0]), declared(requests[1])
+    assert "tool_search" in first and not any(name.startswith("mcp__") for name in first)
+    assert "mcp__words__word_count" in after_search
+    system = [m["content"] for m in requests[0].json()["messages"] if m["role"] == "system"]
+    assert any("MCP servers:" in str(text) and "- words: connected" in str(text) for text in system), system
+    results = [m["content"] for m in requests[-1].json()["messages"] if m["role"] == "tool"]
+    assert results[0].startswith("Loaded ") and "mcp__words__word_count" in results[0], results
+    assert results[1] == "3" and results[3] == "false", results
+    assert KEY not in done.stdout + done.stderr
+
+
+def test_a_direct_server_is_declared_at_once_and_one_that_cannot_start_is_one_line(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """Is a server whose exposure is direct declared from the first request, with no tool_search, and does a
+    server whose command does not exist cost one line while the run goes on?"""
+    folder = solved(real_course, "17", tmp_path / "practice")
+    missing = str(tmp_path / "no-such-server")
+    config = mcp_config(
+        folder, words=words_server(exposure="direct"), gone={"command": missing, "exposure": "direct"}
+    )
+    with serving(tool_reply(1, "mcp__words__word_count", {"text": "a b"}), text_reply("两个。")) as server:
+        done = run_pi(folder, ["--mcp", str(config), "count a b"], env=live(server))
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    [failed] = [line for line in done.stdout.splitlines() if "did not connect" in line]
+    assert failed.startswith("MCP server gone did not connect: ") and missing in failed
+    first = declared(requests[0])
+    assert {"mcp__words__word_count", "mcp__words__has_variable"} <= first and "tool_search" not in first
+    results = [m["content"] for m in requests[-1].json()["messages"] if m["role"] == "tool"]
+    assert results == ["2"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ({"mcpServers": {}}, 'no "mcpServers" object naming at least one server'),
+        ({"mcpServers": {"w": {"args": []}}}, "server 'w' needs a \"command\" string"),
+        ({"mcpServers": {"w": {"command": "x", "arg": []}}}, "server 'w' has unknown keys arg"),
+        ({"mcpServers": {"w": {"command": "x", "exposure": "codemode"}}}, '"exposure" must be one of'),
+        ({"mcpServers": {"w": {"command": "x", "type": "http"}}}, "only stdio servers"),
+        ({"mcpServers": {"w": {"command": "x", "env": {"A": 1}}}}, '"env" must map names to strings'),
+    ],
+)
+def test_a_wrong_mcp_file_is_one_line_naming_what_is_wrong(
+    real_course: Course, tmp_path: Path, entry: dict[str, Any], says: str
+) -> None:
+    """Does a config file of the wrong shape end the run before it starts, in one line saying what is wrong?"""
+    folder = solved(real_course, "17", tmp_path / "practice")
+    (folder / "mcp.json").write_text(json.dumps(entry), encoding="utf-8")
+    done = run_pi(folder, ["--mcp", "mcp.json", "hi"])
+    assert done.returncode == 2
+    line = assert_one_line(done.stderr)
+    assert says in line and "mcp.json" in line
+
+
+def test_before_17_mcp_is_refused_naming_the_checkpoint_that_brings_it(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """Asked for --mcp at 16, does the run say in one line that checkpoint 17 brings the MCP client?"""
+    folder = solved(real_course, "16", tmp_path / "practice")
+    config = mcp_config(folder, words=words_server())
+    done = run_pi(folder, ["--mcp", str(config), "hi"])
+    assert done.returncode == 2
+    line = assert_one_line(done.stderr)
+    assert "needs an MCP client" in line and "checkpoint 17" in line and "--from ." in line

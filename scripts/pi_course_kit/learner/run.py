@@ -40,7 +40,13 @@ FEATURES = {
     "tools": "the coding tools in a workspace",
     "agent": "the stateful Agent",
     "runtime": "the Runtime with a session file and the output modes json and rpc",
+    "tool_search": "tool_search, which loads deferred tools when the model asks",
+    "mcp": "an MCP client, to start the servers a config file lists",
 }
+#: What a server entry of the --mcp file may say (the `mcpServers` shape MCP clients share; stdio only).
+MCP_KEYS = ("command", "args", "env", "exposure", "type")
+#: How a server's tools join the registry: declared at once, or found and loaded through tool_search.
+MCP_EXPOSURES = ("direct", "deferred")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +75,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--durable",
         action="store_true",
         help=_("commit every step to a file before showing it, so --resume goes on after a crash"),
+    )
+    parser.add_argument(
+        "--mcp",
+        metavar="FILE",
+        help=_(
+            "start the MCP servers a JSON file lists, "
+            '{"mcpServers": {"NAME": {"command": ..., "args": [...]}}}, '
+            "and give the agent their tools (from the MCP client on)"
+        ),
     )
     parser.add_argument(
         "--yes",
@@ -163,7 +178,58 @@ def driver_messages() -> dict[str, str]:
         "denied_rpc": _("not run: rpc mode cannot ask before a call; pass --yes to allow it"),
         "bad_session": _("the session file {file} cannot be resumed: {error}"),
         "bad_rpc": _('rpc mode reads one JSON object per line, e.g. {{"prompt": "..."}}'),
+        "mcp_connected": _("MCP server {name}: connected; tools: {tools}"),
+        "mcp_failed": _("MCP server {name} did not connect: {error}; the run goes on without its tools"),
     }
+
+
+def mcp_servers(file: str) -> list[dict[str, Any]]:
+    """The servers of an `--mcp` file, each as the driver takes it; one line saying what is wrong if not."""
+    path = Path(file).expanduser()
+
+    def wrong(what: str) -> KitError:
+        return KitError(
+            _("{file}: {what}; see `pi-course run --help` for the shape").format(file=path, what=what)
+        )
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise KitError(_("no MCP config file {file}").format(file=path)) from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise wrong(_("not a JSON file ({error})").format(error=str(error).splitlines()[0])) from None
+    listed = data.get("mcpServers") if isinstance(data, dict) else None
+    if not isinstance(listed, dict) or not listed:
+        raise wrong(_('no "mcpServers" object naming at least one server'))
+    servers: list[dict[str, Any]] = []
+    for name, entry in listed.items():
+        if not isinstance(entry, dict):
+            raise wrong(_("server {name!r} is not an object").format(name=name))
+        unknown = sorted(set(entry) - set(MCP_KEYS))
+        if unknown:
+            raise wrong(
+                _("server {name!r} has unknown keys {keys} (known: {known})").format(
+                    name=name, keys=", ".join(unknown), known=", ".join(MCP_KEYS)
+                )
+            )
+        command, args = entry.get("command"), entry.get("args", [])
+        env, exposure = entry.get("env", {}), entry.get("exposure", "deferred")
+        if entry.get("type", "stdio") != "stdio":
+            raise wrong(_("server {name!r}: only stdio servers can be started here").format(name=name))
+        if not isinstance(command, str) or not command:
+            raise wrong(_('server {name!r} needs a "command" string').format(name=name))
+        if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
+            raise wrong(_('server {name!r}: "args" must be a list of strings').format(name=name))
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise wrong(_('server {name!r}: "env" must map names to strings').format(name=name))
+        if exposure not in MCP_EXPOSURES:
+            raise wrong(
+                _('server {name!r}: "exposure" must be one of {choices}').format(
+                    name=name, choices=", ".join(MCP_EXPOSURES)
+                )
+            )
+        servers.append({"name": name, "command": command, "args": args, "env": env, "exposure": exposure})
+    return servers
 
 
 def session_for(folder: PracticeFolder, features: Sequence[str], args: argparse.Namespace) -> str | None:
@@ -234,36 +300,50 @@ def endpoint(
         yield server.base_url, "recorded", {args.api_key_env: "offline"}
 
 
+def _missing(
+    course: Course, checkpoint: Checkpoint, own: dict[str, tuple[str, ...]], needed: str, flag: str
+) -> int:
+    """Say that `pi-course run{flag}` needs the feature `needed`, and which checkpoint brings it; exit 2."""
+    bringer = first_with(course, own, needed)
+    where = (
+        _("checkpoint {id} ({title}) brings it: `pi-course practice {id} DIR{source}`").format(
+            id=bringer.id,
+            title=bringer.shown_title,
+            source=" --from ." if bringer.parent == checkpoint.id else "",
+        )
+        if bringer
+        else _("no checkpoint of this course brings it")
+    )
+    print(
+        _("`pi-course run{mode}` needs {what}, which checkpoint {here} does not have yet; {where}").format(
+            mode=flag, what=_(FEATURES[needed]), here=checkpoint.id, where=where
+        ),
+        file=sys.stderr,
+    )
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
     """Check what the folder can run, then start the driver in the folder's interpreter and wait for it."""
     folder = open_folder()
     course, checkpoint = folder.made_from()
     table, own = run_table(course)
     features = lineage_features(course, checkpoint, own)
-    needed = "runtime" if args.mode != "text" else "chat"
-    if needed not in features:
-        bringer = first_with(course, own, needed)
-        where = (
-            _("checkpoint {id} ({title}) brings it: `pi-course practice {id} DIR{source}`").format(
-                id=bringer.id,
-                title=bringer.shown_title,
-                source=" --from ." if bringer.parent == checkpoint.id else "",
-            )
-            if bringer
-            else _("no checkpoint of this course brings it")
-        )
-        print(
+    # (the feature a run needs, the flag that asks for it)
+    needs = [("chat", "")] if args.mode == "text" else [("runtime", f" --mode {args.mode}")]
+    if args.mcp:
+        needs.append(("mcp", " --mcp"))
+    for needed, flag in needs:
+        if needed not in features:
+            return _missing(course, checkpoint, own, needed, flag)
+    if args.mcp and args.durable and "durable" in features:  # without it, --durable alone is refused
+        raise KitError(
             _(
-                "`pi-course run{mode}` needs {what}, which checkpoint {here} does not have yet; {where}"
-            ).format(
-                mode="" if args.mode == "text" else f" --mode {args.mode}",
-                what=_(FEATURES[needed]),
-                here=checkpoint.id,
-                where=where,
-            ),
-            file=sys.stderr,
+                "--mcp does not work with --durable yet: the durable harness takes its tools before any "
+                "MCP server has connected; leave out one of them"
+            )
         )
-        return 2
+    servers = mcp_servers(args.mcp) if args.mcp else []
     workspace = workspace_for(folder, args.workspace, str(table.get("workspace", "workspace")))
     session_file = session_for(folder, features, args)
     with endpoint(args, folder, table, features) as (base_url, model, secret_env):
@@ -294,6 +374,7 @@ def run(args: argparse.Namespace) -> int:
             "resume": bool(args.resume),
             "durable": bool(args.durable),
             "replay_safe": list(table.get("replay_safe", ())),
+            "mcp_servers": servers,
             "markers": {lab.id: lab.marker for lab in checkpoint.tree_labs},
             "messages": driver_messages(),
         }

@@ -4,8 +4,9 @@ This file is run as a script by the practice folder's interpreter (`python -P ru
 the folder first on `sys.path`: it imports the learner's package and nothing of the kit, since the kit
 process never imports a course package. It uses only what its checkpoint has, as the kit tells it in
 CONFIG (a JSON file): `features` is the lineage's list from course.toml ("chat", "tools", "agent",
-"session", "compaction", "runtime", "durable"). Every line a learner reads comes translated in CONFIG's `messages`; the API key is read from
-the environment variable CONFIG names and goes nowhere but the learner's transport.
+"session", "compaction", "runtime", "tool_search", "mcp", "durable"). Every line a learner reads comes
+translated in CONFIG's `messages`; the API key is read from the environment variable CONFIG names and goes
+nowhere but the learner's transport (it leaves the environment before any tool or MCP server starts).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ HTTP_STATUS = re.compile(r"\bHTTP (\d{3})\b")
 EXIT_MODEL_ERROR = 1
 EXIT_STUB = 3
 EXIT_INTERRUPTED = 130
+#: How long the first prompt waits for every MCP server to connect or fail before saying which did.
+MCP_SETTLE = 10.0
+#: How many of a server's tool names its line shows.
+MCP_NAMES_SHOWN = 6
 
 
 class Stop(Exception):
@@ -135,6 +140,47 @@ class Driver:
             return dataclasses.replace(output, details=to_dict()) if callable(to_dict) else output
 
         return dataclasses.replace(tool, execute=run_tool)
+
+    def mcp_runtime(self, registry: Any) -> Any:
+        """17: the learner's MCP runtime over the servers CONFIG names (the file `--mcp` gave), each started
+        by the learner's stdio transport in the workspace; their tools join `registry` as they connect.
+        From 15 the learner's tool_search joins it too when a server's tools are deferred (the default):
+        it is how the model loads them. None when there is no server (or no MCP client yet)."""
+        servers = self.config.get("mcp_servers") or []
+        if not servers or "mcp" not in self.features:
+            return None
+        pc = self.pc
+
+        def transport(server: dict[str, Any]) -> Callable[[], Any]:
+            # The run's environment (the API key already taken out of it) with the server's own entries.
+            env = {**os.environ, **server["env"]}
+            return lambda: pc.StdioTransport(
+                command=server["command"], args=server["args"], cwd=self.config["workspace"], env=env
+            )
+
+        configs = [
+            pc.McpServerConfig(
+                name=server["name"], create_transport=transport(server), exposure=server["exposure"]
+            )
+            for server in servers
+        ]
+        if "tool_search" in self.features and any(server["exposure"] == "deferred" for server in servers):
+            registry.register(pc.create_tool_search_tool(registry))
+        return pc.create_mcp_runtime(registry, servers=configs)
+
+    async def show_servers(self, mcp: Any) -> None:
+        """One line per server once each has connected or failed (at most MCP_SETTLE seconds)."""
+        deadline = time.monotonic() + MCP_SETTLE
+        while time.monotonic() < deadline and any(s.state == "connecting" for s in mcp.status()):
+            await asyncio.sleep(0.05)
+        for status in mcp.status():
+            if status.state == "connected":
+                names = list(status.tools)
+                tools = ", ".join(names[:MCP_NAMES_SHOWN]) + (" …" if len(names) > MCP_NAMES_SHOWN else "")
+                self.show(self.say("mcp_connected", name=status.name, tools=tools or "-"))
+            else:
+                error = status.error or status.state
+                self.show(self.say("mcp_failed", name=status.name, error=str(error).splitlines()[0]))
 
     def on_loop_event(self, event: Any) -> None:
         """Show one event of the loop: streamed text, each tool call and its result's first line."""
@@ -370,15 +416,20 @@ class Driver:
         budget = pc.ContextBudget(
             total=128_000, reserved_output=8_000, safety_margin=2_000, estimate_tokens=estimate_tokens
         )
+        registry = self.tools()
+        mcp = self.mcp_runtime(registry)
+        # 17's Runtime asks its section providers before every prompt: the servers' list joins the system.
+        providers = {"section_providers": [mcp]} if mcp is not None else {}
         runtime = await pc.create_runtime(
             pc.RuntimeConfig(active_leaf_id=leaf, context=budget, system_prompt=self.config["system_prompt"]),
             pc.RuntimeDeps(
                 model=self.model_,
-                tools=self.tools(),
+                tools=registry,
                 session=store,
                 resources=pc.ResourceCatalog(resources=[], instructions=[], skills=[], templates=[]),
                 create_id=lambda: uuid.uuid4().hex,
                 now=lambda: time.time_ns() // 1_000_000,
+                **providers,
             ),
         )
         runtime.control.subscribe(
@@ -387,6 +438,8 @@ class Driver:
         self.abort = runtime.control.abort
         learner_mode = self.config["runtime_modes"][self.mode]
         try:
+            if mcp is not None:
+                await self.show_servers(mcp)
             async for prompt in self.prompts(prompts):
                 self.running = True
                 result = await pc.run_mode(runtime, learner_mode, prompt, Output())
@@ -395,6 +448,8 @@ class Driver:
                 self.check_result(result)
         finally:
             await runtime.dispose()
+            if mcp is not None:
+                await mcp.close()  # the servers' processes end with the run
         if self.text_mode:
             self.show(self.say("session_saved", file=self.config["session_file"]))
 
