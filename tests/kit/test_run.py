@@ -623,3 +623,76 @@ def test_before_17_mcp_is_refused_naming_the_checkpoint_that_brings_it(
     assert done.returncode == 2
     line = assert_one_line(done.stderr)
     assert "needs an MCP client" in line and "checkpoint 17" in line and "--from ." in line
+
+
+# -- compaction from 11: a small --context-tokens makes older interactions fall out of the budget ---------
+
+SUMMARY = {
+    "goal": "数清楚甲字",
+    "constraints": [],
+    "completed": ["第一轮回答了一长串甲"],
+    "decisions": [],
+    "changedFiles": [],
+    "unresolved": [],
+    "next": ["回答第二个问题"],
+}
+
+
+def compacting_run(folder: Path, summary_reply: str) -> tuple[Any, list[Any]]:
+    """Two prompts at an 800-token budget: the first answer alone overflows it by the second prompt."""
+    replies = [text_reply("甲" * 2800), text_reply(summary_reply), text_reply("第二轮的回答。")]
+    with serving(*replies) as server:
+        done = run_pi(folder, ["--context-tokens", "800"], env=live(server), stdin="第一个问题\n第二个问题\n")
+        return done, list(server.requests)
+
+
+def test_at_11_what_overflows_the_budget_becomes_the_learners_compaction_summary(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """When the first answer no longer fits, is the model asked (with no tools) for a summary of it, is the
+    learner's compaction entry written to the session, and does the next request carry the learner's summary
+    text instead of the old answer?"""
+    folder = solved(real_course, "11", tmp_path / "practice")
+    done, requests = compacting_run(folder, "```json\n" + json.dumps(SUMMARY, ensure_ascii=False) + "\n```")
+    assert done.returncode == 0, done.stderr
+    assert "compacted: 2 earlier messages became a summary in the session file" in done.stdout
+    assert len(requests) == 3
+    asked = requests[1].json()
+    assert not asked.get("tools")
+    assert asked["messages"][0]["role"] == "system" and "changedFiles" in asked["messages"][0]["content"]
+    assert "[assistant] 甲甲甲" in asked["messages"][1]["content"]
+    turn = json.dumps(requests[2].json()["messages"], ensure_ascii=False)
+    assert "甲" * 50 not in turn and "数清楚甲字" in turn and "回答第二个问题" in turn
+    assert requests[2].json()["messages"][-1]["content"] == "第二个问题"
+    [file] = (folder / ".pi-course" / "sessions").glob("*.jsonl")
+    entries = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines()]
+    [compaction] = [entry for entry in entries if entry["type"] == "compaction"]
+    assert compaction["summary"] == SUMMARY
+    assert compaction["parentId"] == entries[entries.index(compaction) - 1]["id"]
+
+
+def test_a_summary_that_is_not_json_keeps_the_turn_going_within_the_budget(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """Does a reply that is not the summary asked for cost one line, write no compaction, and still send
+    the second prompt within the budget (the old answer left out)?"""
+    folder = solved(real_course, "11", tmp_path / "practice")
+    done, requests = compacting_run(folder, "我不想写 JSON。")
+    assert done.returncode == 0, done.stderr
+    assert "not compacted: the model's summary was not the JSON asked for" in done.stdout
+    turn = json.dumps(requests[2].json()["messages"], ensure_ascii=False)
+    assert "甲" * 50 not in turn
+    [file] = (folder / ".pi-course" / "sessions").glob("*.jsonl")
+    types = [json.loads(line)["type"] for line in file.read_text(encoding="utf-8").splitlines()]
+    assert "compaction" not in types and types.count("message") == 5
+
+
+def test_before_11_a_context_budget_is_refused_naming_the_checkpoint_that_brings_it(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """Asked for --context-tokens at 10, does the run say in one line that checkpoint 11 brings it?"""
+    folder = solved(real_course, "10", tmp_path / "practice")
+    done = run_pi(folder, ["--context-tokens", "800", "hi"])
+    assert done.returncode == 2
+    line = assert_one_line(done.stderr)
+    assert "--context-tokens" in line and "checkpoint 11" in line

@@ -40,9 +40,12 @@ FEATURES = {
     "tools": "the coding tools in a workspace",
     "agent": "the stateful Agent",
     "runtime": "the Runtime with a session file and the output modes json and rpc",
+    "compaction": "a context built within a token budget, compacted into a summary when it overflows",
     "tool_search": "tool_search, which loads deferred tools when the model asks",
     "mcp": "an MCP client, to start the servers a config file lists",
 }
+#: The default token budget of one model request (--context-tokens), and the least one that leaves room.
+CONTEXT_TOKENS, LEAST_CONTEXT_TOKENS = 128_000, 200
 #: What a server entry of the --mcp file may say (the `mcpServers` shape MCP clients share; stdio only).
 MCP_KEYS = ("command", "args", "env", "exposure", "type")
 #: How a server's tools join the registry: declared at once, or found and loaded through tool_search.
@@ -77,6 +80,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=_("commit every step to a file before showing it, so --resume goes on after a crash"),
     )
     parser.add_argument(
+        "--context-tokens",
+        type=_context_tokens,
+        metavar="N",
+        help=_(
+            "the token budget of each request's context (default {default}); a small one shows your "
+            "compaction at work (from the context builder on)"
+        ).format(default=CONTEXT_TOKENS),
+    )
+    parser.add_argument(
         "--mcp",
         metavar="FILE",
         help=_(
@@ -90,6 +102,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=_("run the tools that ask first (course.toml [run] ask) without asking"),
     )
+
+
+def _context_tokens(value: str) -> int:
+    """argparse's type for --context-tokens: a whole number of tokens, enough to hold a request."""
+    try:
+        tokens = int(value)
+    except ValueError:
+        tokens = 0
+    if tokens < LEAST_CONTEXT_TOKENS:
+        raise argparse.ArgumentTypeError(
+            _("{value!r} is not a number of tokens of at least {least}").format(
+                value=value, least=LEAST_CONTEXT_TOKENS
+            )
+        )
+    return tokens
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
@@ -180,6 +207,10 @@ def driver_messages() -> dict[str, str]:
         "bad_rpc": _('rpc mode reads one JSON object per line, e.g. {{"prompt": "..."}}'),
         "mcp_connected": _("MCP server {name}: connected; tools: {tools}"),
         "mcp_failed": _("MCP server {name} did not connect: {error}; the run goes on without its tools"),
+        "compacted": _("compacted: {count} earlier messages became a summary in the session file"),
+        "not_compacted": _(
+            "not compacted: the model's summary was not the JSON asked for; this turn keeps what fits the budget"
+        ),
     }
 
 
@@ -333,6 +364,8 @@ def run(args: argparse.Namespace) -> int:
     needs = [("chat", "")] if args.mode == "text" else [("runtime", f" --mode {args.mode}")]
     if args.mcp:
         needs.append(("mcp", " --mcp"))
+    if args.context_tokens is not None:
+        needs.append(("compaction", " --context-tokens"))
     for needed, flag in needs:
         if needed not in features:
             return _missing(course, checkpoint, own, needed, flag)
@@ -375,6 +408,8 @@ def run(args: argparse.Namespace) -> int:
             "durable": bool(args.durable),
             "replay_safe": list(table.get("replay_safe", ())),
             "mcp_servers": servers,
+            "context_tokens": args.context_tokens or CONTEXT_TOKENS,
+            "compaction_prompt": str(table.get("compaction_prompt", "")),
             "markers": {lab.id: lab.marker for lab in checkpoint.tree_labs},
             "messages": driver_messages(),
         }

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -291,23 +291,25 @@ class Driver:
             path = pc.path_to(entries, entries[-1].id) if entries and self.config["resume"] else []
         except ValueError as error:
             raise Stop(self.say("bad_session", file=file, error=error), 2) from None
-        leaf = path[-1].id if path else None
 
-        async def keep(message: Any) -> None:
-            nonlocal leaf
-            entry = pc.MessageSessionEntry(
-                id=uuid.uuid4().hex, parent_id=leaf, timestamp=time.time_ns() // 1_000_000, message=message
-            )
+        async def add(entry: Any) -> None:
             await store.append(entry)
             path.append(entry)
-            leaf = entry.id
+
+        async def keep(message: Any) -> None:
+            leaf = path[-1].id if path else None
+            await add(
+                pc.MessageSessionEntry(
+                    id=uuid.uuid4().hex, parent_id=leaf, timestamp=now_ms(), message=message
+                )
+            )
 
         if not path:
             await keep(self.pc.SystemMessage(content=self.config["system_prompt"], timestamp=0))
         async for prompt in self.prompts(prompts):
             self.running = True
             await keep(pc.user_message(prompt))
-            context = self.context(path)
+            context = await self.context(path, add)
             result = await self.loop_turn(context)
             for message in result.messages[len(context) :]:
                 await keep(message)
@@ -327,18 +329,70 @@ class Driver:
             on_event=self.on_loop_event,
         )
 
-    def context(self, path: list[Any]) -> list[Any]:
-        """The messages the model gets: the path's (10), or from 11 the learner's context within a budget."""
+    def budget(self) -> dict[str, Any]:
+        """The token budget of one request (CONFIG's `context_tokens`), as 11's build_context takes it:
+        the reply's share and the margin in the proportions of the default (8,000 and 2,000 of 128,000)."""
+        total = float(self.config["context_tokens"])
+        return {
+            "max_tokens": total,
+            "reserved_output": total / 16,
+            "safety_margin": total / 64,
+            "estimate_tokens": estimate_tokens,
+        }
+
+    async def context(self, path: list[Any], add: Callable[[Any], Awaitable[None]]) -> list[Any]:
+        """The messages the model gets: the path's (10), or from 11 the learner's context within the
+        budget. When older interactions would fall away, the model first summarizes them, and the
+        learner's compaction entry joins the session (`add`), so the next context carries the summary."""
         if "compaction" not in self.features:
             return [entry.message for entry in path if isinstance(entry, self.pc.MessageSessionEntry)]
-        built = self.pc.build_context(
+        built = self.pc.build_context(path, **self.budget())
+        if built.reason != "trimmed" or not self.config.get("compaction_prompt"):
+            return list(built.messages)
+        summary, dropped = await self.summarize(path, set(built.kept_entry_ids))
+        if summary is None:
+            return list(built.messages)
+        entry = self.pc.create_compaction_entry(
             path,
-            max_tokens=128_000,
-            reserved_output=8_000,
-            safety_margin=2_000,
-            estimate_tokens=estimate_tokens,
+            id=uuid.uuid4().hex,
+            timestamp=now_ms(),
+            summary=summary,
+            first_kept_entry_id=built.kept_entry_ids[0],
+            tokens_before=sum(estimate_tokens(message) for message in dropped) + built.tokens.total,
         )
-        return list(built.messages)
+        await add(entry)
+        self.show(self.say("compacted", count=len(dropped)))
+        return list(self.pc.build_context(path, **self.budget()).messages)
+
+    async def summarize(self, path: list[Any], kept: set[str]) -> tuple[Any, list[Any]]:
+        """(the learner's CompactionSummary of what falls out of the budget, those messages), asked of the
+        model through the learner's loop with no tools; (None, ...) when its reply is not the JSON asked."""
+        pc = self.pc
+        compaction = pc.latest_compaction(path)
+        dropped = [
+            entry.message
+            for entry in pc.message_candidates(path, compaction)
+            if entry.id not in kept and entry.message.role != "system"
+        ]
+        earlier = pc.compaction_summary_text(compaction[0].summary) + "\n\n" if compaction else ""
+        request = [
+            pc.SystemMessage(content=self.config["compaction_prompt"], timestamp=0),
+            pc.user_message(earlier + "\n".join(describe(pc, message) for message in dropped)),
+        ]
+        controller = pc.AbortController()
+        self.abort = controller.abort
+        result = await pc.run_agent_loop(
+            model=self.model_,
+            tools=pc.ToolRegistry([]),
+            context=pc.AgentContext(messages=request),
+            signal=controller.signal,
+        )
+        self.check_result(result)
+        try:
+            return summary_of(pc, pc.text_of(result.messages[-1])), dropped
+        except ValueError:  # the reason stays out: its words are Python's, not the run's language
+            self.show(self.say("not_compacted"))
+            return None, dropped
 
     async def with_durable(self, prompts: list[str] | None) -> None:
         """19: the durable harness; the store is written to the run's file after every commit, so a
@@ -413,8 +467,12 @@ class Driver:
             raise Stop(self.say("bad_session", file=self.config["session_file"], error=error), 2) from None
         # Resuming is choosing the branch that ends at the file's last entry; a new file has none.
         leaf = entries[-1].id if entries and self.config["resume"] else None
+        shares = self.budget()
         budget = pc.ContextBudget(
-            total=128_000, reserved_output=8_000, safety_margin=2_000, estimate_tokens=estimate_tokens
+            total=shares["max_tokens"],
+            reserved_output=shares["reserved_output"],
+            safety_margin=shares["safety_margin"],
+            estimate_tokens=estimate_tokens,
         )
         registry = self.tools()
         mcp = self.mcp_runtime(registry)
@@ -547,6 +605,45 @@ class Output:
     def write(self, value: str) -> None:
         sys.stdout.write(value)
         sys.stdout.flush()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+#: The summary's JSON keys (the course's wire names) and CompactionSummary's fields, lists after `goal`.
+SUMMARY_LISTS = {
+    "constraints": "constraints",
+    "completed": "completed",
+    "decisions": "decisions",
+    "changedFiles": "changed_files",
+    "unresolved": "unresolved",
+    "next": "next",
+}
+
+
+def describe(pc: Any, message: Any) -> str:
+    """One message as a line of the transcript the model summarizes: its role, its text, its calls."""
+    line = f"[{message.role}{' ' + message.tool_name if message.role == 'toolResult' else ''}] {pc.text_of(message)}"
+    calls = [block for block in getattr(message, "content", []) if getattr(block, "type", "") == "toolCall"]
+    for call in calls:
+        line += f" [call {call.name} {json.dumps(call.arguments, ensure_ascii=False)}]"
+    return line[:4000]
+
+
+def summary_of(pc: Any, reply: str) -> Any:
+    """The learner's CompactionSummary from the model's JSON reply (a ```json fence allowed), or ValueError."""
+    text = reply.strip()
+    if fence := re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, re.DOTALL):
+        text = fence.group(1)
+    data = json.loads(text)  # json.JSONDecodeError is a ValueError
+    if not isinstance(data, dict) or not isinstance(data.get("goal"), str):
+        raise ValueError('no JSON object with a "goal" string')
+    lists = {field: data.get(key, []) for key, field in SUMMARY_LISTS.items()}
+    for key, field in SUMMARY_LISTS.items():
+        if not isinstance(lists[field], list) or not all(isinstance(item, str) for item in lists[field]):
+            raise ValueError(f'"{key}" is not a list of strings')
+    return pc.CompactionSummary(goal=data["goal"], **lists)
 
 
 def estimate_tokens(value: Any) -> float:
