@@ -604,7 +604,7 @@ def test_a_direct_server_is_declared_at_once_and_one_that_cannot_start_is_one_li
 def test_a_wrong_mcp_file_is_one_line_naming_what_is_wrong(
     real_course: Course, tmp_path: Path, entry: dict[str, Any], says: str
 ) -> None:
-    """Does a config file of the wrong shape end the run before it starts, in one line saying what is wrong?"""
+    """Does a config file of the wrong shape stop the run before it starts, in one line saying what is off?"""
     folder = solved(real_course, "17", tmp_path / "practice")
     (folder / "mcp.json").write_text(json.dumps(entry), encoding="utf-8")
     done = run_pi(folder, ["--mcp", "mcp.json", "hi"])

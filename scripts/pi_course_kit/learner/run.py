@@ -209,7 +209,8 @@ def driver_messages() -> dict[str, str]:
         "mcp_failed": _("MCP server {name} did not connect: {error}; the run goes on without its tools"),
         "compacted": _("compacted: {count} earlier messages became a summary in the session file"),
         "not_compacted": _(
-            "not compacted: the model's summary was not the JSON asked for; this turn keeps what fits the budget"
+            "not compacted: the model's summary was not the JSON asked for; "
+            "this turn keeps what fits the budget"
         ),
     }
 

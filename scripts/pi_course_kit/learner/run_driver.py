@@ -624,7 +624,8 @@ SUMMARY_LISTS = {
 
 def describe(pc: Any, message: Any) -> str:
     """One message as a line of the transcript the model summarizes: its role, its text, its calls."""
-    line = f"[{message.role}{' ' + message.tool_name if message.role == 'toolResult' else ''}] {pc.text_of(message)}"
+    who = f"{message.role} {message.tool_name}" if message.role == "toolResult" else message.role
+    line = f"[{who}] {pc.text_of(message)}"
     calls = [block for block in getattr(message, "content", []) if getattr(block, "type", "") == "toolCall"]
     for call in calls:
         line += f" [call {call.name} {json.dumps(call.arguments, ensure_ascii=False)}]"
@@ -632,7 +633,7 @@ def describe(pc: Any, message: Any) -> str:
 
 
 def summary_of(pc: Any, reply: str) -> Any:
-    """The learner's CompactionSummary from the model's JSON reply (a ```json fence allowed), or ValueError."""
+    """The learner's CompactionSummary of the JSON the model replied (fenced or not); else ValueError."""
     text = reply.strip()
     if fence := re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, re.DOTALL):
         text = fence.group(1)
