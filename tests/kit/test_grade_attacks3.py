@@ -144,6 +144,42 @@ for _pid in _children:
 """
 
 
+# Memory that no process maps: a memory file written and never mapped, a System V segment made and
+# never attached, a secret memory file. /proc's per-process counts cannot see any of them (sixty 16 MiB
+# memory files once held 960 MiB through a run under --memory 512): the sandbox's filter refuses all
+# three with EPERM. The attack makes each with 1 MiB only, so a hole found here costs the host nothing.
+HIDE_MEMORY = """
+import ctypes as _ctypes
+import errno as _errno
+import os as _os
+
+
+def _attack():  # type: ignore[no-untyped-def]
+    \"\"\"Whether any of the three could be made; it looked when each was refused with EPERM.\"\"\"
+    libc = _ctypes.CDLL(None, use_errno=True)
+    made, refused = [], []
+    try:
+        fd = _os.memfd_create("hidden")
+        _os.write(fd, bytes(1 << 20))
+        made.append("memfd_create")
+    except PermissionError:
+        refused.append("memfd_create")
+    except OSError:
+        pass
+    segment = libc.shmget(0, 1 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    if segment >= 0:
+        made.append("shmget")
+    elif _ctypes.get_errno() == _errno.EPERM:
+        refused.append("shmget")
+    secret = libc.syscall(447, 0)  # memfd_secret on x86_64 and arm64
+    if secret >= 0:
+        made.append("memfd_secret")
+    elif _ctypes.get_errno() == _errno.EPERM:
+        refused.append("memfd_secret")
+    return bool(made), len(refused) == 3
+"""
+
+
 def host_paths() -> list[str]:
     """Host paths no mount or descriptor inside a sandbox may name: the checkout, the venv, and
     (where the grader mounts its scratch as a file system of its own: root with CAP_SYS_ADMIN) the
@@ -233,6 +269,7 @@ def graded(
     folders = {
         "honest": make_learner(course, checkpoint, root / "honest", labs_from_solution=True),
         "find-held-out": attacker(course, checkpoint, root / "find-held-out", FIND_HELD_OUT),
+        "hide-memory": attacker(course, checkpoint, root / "hide-memory", HIDE_MEMORY),
         "find-host-paths": attacker(
             course,
             checkpoint,
@@ -276,6 +313,16 @@ def test_learner_code_cannot_list_or_open_the_held_out_source(graded: dict[str, 
 def test_no_mount_or_descriptor_names_a_host_path(graded: dict[str, Any], mode: str) -> None:
     """Reading mountinfo and its descriptors' targets, does learner code find no checkout, venv or scratch?"""
     record = graded[mode]["find-host-paths"]
+    assert record.status == grading.COMPLETE, [
+        (t.nodeid, t.outcome) for t in record.tests if t.outcome != "passed"
+    ]
+
+
+@pytest.mark.parametrize("mode", ["server", "fresh"])
+def test_memory_that_no_process_maps_cannot_be_made(graded: dict[str, Any], mode: str) -> None:
+    """Can learner code make a memory file, a System V segment or a secret memory file, whose pages no
+    process's /proc counts show (it must be refused, with EPERM, all three)?"""
+    record = graded[mode]["hide-memory"]
     assert record.status == grading.COMPLETE, [
         (t.nodeid, t.outcome) for t in record.tests if t.outcome != "passed"
     ]
