@@ -145,9 +145,10 @@ for _pid in _children:
 
 
 # Memory that no process maps: a memory file written and never mapped, a System V segment made and
-# never attached, a secret memory file. /proc's per-process counts cannot see any of them (sixty 16 MiB
-# memory files once held 960 MiB through a run under --memory 512): the sandbox's filter refuses all
-# three with EPERM. The attack makes each with 1 MiB only, so a hole found here costs the host nothing.
+# never attached, a secret memory file, a socket's buffers raised to 4 MiB. /proc's per-process counts
+# cannot see any of them (sixty 16 MiB memory files once held 960 MiB through a run under --memory 512):
+# the sandbox's filter refuses all five with EPERM. The attack asks for 1 MiB only, so a hole found here
+# costs the host nothing.
 HIDE_MEMORY = """
 import ctypes as _ctypes
 import errno as _errno
@@ -176,7 +177,51 @@ def _attack():  # type: ignore[no-untyped-def]
         made.append("memfd_secret")
     elif _ctypes.get_errno() == _errno.EPERM:
         refused.append("memfd_secret")
-    return bool(made), len(refused) == 3
+    import socket as _socket
+
+    one, other = _socket.socketpair()
+    for option in (_socket.SO_SNDBUF, _socket.SO_RCVBUF):
+        try:
+            one.setsockopt(_socket.SOL_SOCKET, option, 4 << 20)
+            made.append(f"setsockopt {option}")
+        except PermissionError:
+            refused.append(f"setsockopt {option}")
+    return bool(made), len(refused) == 5
+"""
+
+
+# Twelve children, each filling 120 socket pairs (default buffers) that nobody reads: about 670 MiB
+# waiting in kernel buffers under --memory 512, while each child's RSS stays near 7 MiB. Stopped only
+# because the fork server counts every socket of the sandbox at the most it may hold.
+SOCKET_CHILDREN = """
+
+import os as _os
+import socket as _socket
+import time as _time
+
+_children = []
+for _ in range(12):
+    _pid = _os.fork()
+    if _pid == 0:
+        _pairs = []
+        try:
+            for _n in range(120):
+                _pair = _socket.socketpair()
+                for _end in _pair:
+                    _end.setblocking(False)
+                    try:
+                        while True:
+                            _end.send(bytes(65536))
+                    except BlockingIOError:
+                        pass
+                _pairs.append(_pair)
+        except OSError:
+            pass
+        _time.sleep(60)
+        _os._exit(0)
+    _children.append(_pid)
+for _pid in _children:
+    _os.waitpid(_pid, 0)
 """
 
 
@@ -320,8 +365,8 @@ def test_no_mount_or_descriptor_names_a_host_path(graded: dict[str, Any], mode: 
 
 @pytest.mark.parametrize("mode", ["server", "fresh"])
 def test_memory_that_no_process_maps_cannot_be_made(graded: dict[str, Any], mode: str) -> None:
-    """Can learner code make a memory file, a System V segment or a secret memory file, whose pages no
-    process's /proc counts show (it must be refused, with EPERM, all three)?"""
+    """Can learner code make a memory file, a System V segment or a secret memory file, or raise a
+    socket's buffers, whose pages no process's /proc counts show (each must be refused with EPERM)?"""
     record = graded[mode]["hide-memory"]
     assert record.status == grading.COMPLETE, [
         (t.nodeid, t.outcome) for t in record.tests if t.outcome != "passed"
@@ -338,11 +383,14 @@ def test_each_record_says_how_its_memory_was_counted(graded: dict[str, Any], mod
 def shared_memory(
     course: Course, checkpoint: Checkpoint, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Any]]:
-    """The shared-memory attacker and an honest learner after it, in one slot; records and runs."""
+    """The shared-memory and socket attackers, and an honest learner after them, in one slot; records, runs."""
     root = tmp_path_factory.mktemp("shared-memory")
     folder = make_learner(course, checkpoint, root / "shared", labs_from_solution=True)
     tool = folder / TEACHING
     tool.write_text(tool.read_text(encoding="utf-8") + SHARED_CHILDREN, encoding="utf-8")
+    sockets = make_learner(course, checkpoint, root / "sockets", labs_from_solution=True)
+    tool = sockets / TEACHING
+    tool.write_text(tool.read_text(encoding="utf-8") + SOCKET_CHILDREN, encoding="utf-8")
     after = make_learner(course, checkpoint, root / "after", labs_from_solution=True)
     grader = grading.Grader(course, Limits(wall_seconds=40, cpu_seconds=30, memory_bytes=512 * MiB), jobs=1)
     runs: list[Sandboxed] = []
@@ -359,7 +407,7 @@ def shared_memory(
         try:
             grader.reference(checkpoint)
             found: dict[str, Any] = {}
-            for learner in (folder, after):
+            for learner in (folder, sockets, after):
                 first = len(runs)
                 found[learner.name] = {"record": grader.grade_one(learner), "runs": runs[first:]}
             yield found
@@ -372,6 +420,18 @@ def test_children_holding_shared_anonymous_memory_are_stopped_at_the_run_s_limit
 ) -> None:
     """Five children holding 1 GiB of MAP_SHARED|MAP_ANONYMOUS pages under --memory 512: stopped?"""
     graded = shared_memory["shared"]
+    assert [run.stopped for run in graded["runs"]] == ["memory"] * len(graded["runs"]) != []
+    assert graded["record"].status == grading.CRASHED and graded["record"].passed == 0
+    after = shared_memory["after"]
+    assert (after["record"].status, [run.stopped for run in after["runs"]]) == (grading.COMPLETE, [""])
+
+
+def test_children_holding_data_in_unread_sockets_are_stopped_at_the_run_s_limit(
+    shared_memory: dict[str, Any],
+) -> None:
+    """Twelve children with 240 full sockets each (about 670 MiB in kernel buffers) under --memory 512:
+    stopped for memory, and the learner graded next complete?"""
+    graded = shared_memory["sockets"]
     assert [run.stopped for run in graded["runs"]] == ["memory"] * len(graded["runs"]) != []
     assert graded["record"].status == grading.CRASHED and graded["record"].passed == 0
     after = shared_memory["after"]

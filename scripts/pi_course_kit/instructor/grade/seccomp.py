@@ -19,7 +19,11 @@ see: a memory file (`memfd_create`, `memfd_secret`) written and never mapped, or
 ended complete). Those calls fail with EPERM. The kit's own memory files (a run's records and output,
 the held-out modules) are made by the grader, outside the sandbox, and handed in; nothing a course
 runs needs them. What stays countable only by the kernel (a tmpfs file, a pipe's buffer) is bounded
-by the sandbox's tmpfs sizes, RLIMIT_FSIZE and the per-user pipe pages.
+by the sandbox's tmpfs sizes, RLIMIT_FSIZE and the per-user pipe pages. Data queued in a socket
+waits in kernel buffers too: one process held 2.3 GiB in 240 sockets whose send buffers it had raised
+to 4 MiB. Raising a socket's buffers (`setsockopt` of SO_SNDBUF, SO_RCVBUF and their FORCE forms)
+fails with EPERM, so each stays at the system's default, and the fork server counts every socket of
+the sandbox as that much memory (`forkserver.sockets`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ KEYRING_CALLS = ("add_key", "request_key", "keyctl")
 #: Calls that make memory no process maps (see above). libseccomp older than 2.5.2 may not know
 #: memfd_secret (Linux 5.14): a call it does not know cannot be made through it either, so it is skipped.
 HIDDEN_MEMORY_CALLS = ("memfd_create", "memfd_secret", "shmget")
+#: asm-generic/socket.h: SOL_SOCKET and the options that set a socket's buffer sizes.
+SOL_SOCKET, BUFFER_OPTIONS = 1, (7, 8, 32, 33)  # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE
 CLONE_NEWUSER = 0x10000000  # linux/sched.h
 
 
@@ -64,6 +70,14 @@ def program() -> bytes:
             rules.add_rule(pyseccomp.ERRNO(errno.EPERM), call)
         except OSError:  # EINVAL: a name this libseccomp does not know (see HIDDEN_MEMORY_CALLS)
             continue
+    at_socket_level = pyseccomp.Arg(1, pyseccomp.EQ, SOL_SOCKET)
+    for option in BUFFER_OPTIONS:
+        rules.add_rule(
+            pyseccomp.ERRNO(errno.EPERM),
+            "setsockopt",
+            at_socket_level,
+            pyseccomp.Arg(2, pyseccomp.EQ, option),
+        )
     # Into a memory file, not a pipe: a pipe would block libseccomp once the program outgrew its buffer.
     with os.fdopen(os.memfd_create("pi-course-seccomp", os.MFD_CLOEXEC), "w+b") as compiled:
         rules.export_bpf(compiled)
