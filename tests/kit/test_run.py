@@ -599,14 +599,16 @@ def test_a_direct_server_is_declared_at_once_and_one_that_cannot_start_is_one_li
         ({"mcpServers": {"w": {"command": "x", "exposure": "codemode"}}}, '"exposure" must be one of'),
         ({"mcpServers": {"w": {"command": "x", "type": "http"}}}, "only stdio servers"),
         ({"mcpServers": {"w": {"command": "x", "env": {"A": 1}}}}, '"env" must map names to strings'),
+        ('{"mcpServers": ', "not valid JSON (line 1, column 16)"),
     ],
 )
 def test_a_wrong_mcp_file_is_one_line_naming_what_is_wrong(
-    real_course: Course, tmp_path: Path, entry: dict[str, Any], says: str
+    real_course: Course, tmp_path: Path, entry: dict[str, Any] | str, says: str
 ) -> None:
     """Does a config file of the wrong shape stop the run before it starts, in one line saying what is off?"""
     folder = solved(real_course, "17", tmp_path / "practice")
-    (folder / "mcp.json").write_text(json.dumps(entry), encoding="utf-8")
+    text = entry if isinstance(entry, str) else json.dumps(entry)
+    (folder / "mcp.json").write_text(text, encoding="utf-8")
     done = run_pi(folder, ["--mcp", "mcp.json", "hi"])
     assert done.returncode == 2
     line = assert_one_line(done.stderr)

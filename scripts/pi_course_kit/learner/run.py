@@ -224,12 +224,16 @@ def mcp_servers(file: str) -> list[dict[str, Any]]:
             _("{file}: {what}; see `pi-course run --help` for the shape").format(file=path, what=what)
         )
 
+    if not path.is_file():
+        raise KitError(_("no MCP config file {file}").format(file=path))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise KitError(_("no MCP config file {file}").format(file=path)) from None
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise wrong(_("not a JSON file ({error})").format(error=str(error).splitlines()[0])) from None
+    except json.JSONDecodeError as error:  # its words are English: only where it stopped is shown
+        raise wrong(
+            _("not valid JSON (line {line}, column {column})").format(line=error.lineno, column=error.colno)
+        ) from None
+    except (OSError, UnicodeDecodeError):
+        raise wrong(_("cannot be read as UTF-8 text")) from None
     listed = data.get("mcpServers") if isinstance(data, dict) else None
     if not isinstance(listed, dict) or not listed:
         raise wrong(_('no "mcpServers" object naming at least one server'))
