@@ -698,3 +698,83 @@ def test_before_11_a_context_budget_is_refused_naming_the_checkpoint_that_brings
     assert done.returncode == 2
     line = assert_one_line(done.stderr)
     assert "--context-tokens" in line and "checkpoint 11" in line
+
+
+# -- steering from 09: a line typed at the terminal while an answer runs ---------------------------------
+
+
+class Terminal:
+    """`pi-course --lang en run ARGS` with a pseudo-terminal as its stdin and stdout, as a person types."""
+
+    def __init__(self, folder: Path, args: Sequence[str], env: dict[str, str]) -> None:
+        import pty
+
+        self.master, child_end = pty.openpty()
+        base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_")}
+        self.process = subprocess.Popen(
+            [*CLI, "--lang", "en", "run", *args],
+            cwd=folder,
+            env={**base, **env},
+            stdin=child_end,
+            stdout=child_end,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        os.close(child_end)
+        self.seen = b""
+
+    def wait_for(self, text: str, seconds: float = 60) -> None:
+        """Read the terminal until `text` has appeared (or fail, showing what did)."""
+        import select
+
+        deadline = time.monotonic() + seconds
+        while text.encode() not in self.seen:
+            left = deadline - time.monotonic()
+            assert left > 0, self.seen.decode(errors="replace")[-2000:]
+            ready, _, _ = select.select([self.master], [], [], min(left, 0.5))
+            if ready:
+                try:
+                    self.seen += os.read(self.master, 65536)
+                except OSError:  # the child closed the terminal
+                    assert text.encode() in self.seen, self.seen.decode(errors="replace")[-2000:]
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def close(self) -> tuple[int, str]:
+        """End the input (Ctrl-D) and wait; (exit code, stderr)."""
+        try:
+            self.type("\x04")
+            _, err = self.process.communicate(timeout=60)
+            return self.process.returncode, err.decode(errors="replace")
+        finally:
+            with suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            os.close(self.master)
+
+
+@pytest.mark.parametrize("checkpoint_id", ["09", "13"])
+def test_a_line_typed_while_the_tools_run_steers_the_answer(
+    real_course: Course, tmp_path: Path, checkpoint_id: str
+) -> None:
+    """Typed at the terminal while a command runs, does a line go to the learner's steer (Agent.steer, from
+    13 RuntimeControl.steer) and reach the model's next request right after the tool result?"""
+    folder = solved(real_course, checkpoint_id, tmp_path / "practice")
+    replies = [tool_reply(1, "bash", {"command": "sleep 2; echo slept"}), text_reply("好，改成英文。")]
+    with serving(*replies) as server:
+        terminal = Terminal(folder, ["--yes"], live(server))
+        try:
+            terminal.wait_for("> ")
+            terminal.type("数一数文件\n")
+            terminal.wait_for("· bash")
+            terminal.type("用英文回答\n")
+            terminal.wait_for("steering: 用英文回答")
+            terminal.wait_for("好，改成英文。")
+        finally:
+            code, err = terminal.close()
+        requests = list(server.requests)
+    assert code == 0, err
+    assert len(requests) == 2
+    messages = requests[1].json()["messages"]
+    assert [m["role"] for m in messages[-2:]] == ["tool", "user"], messages
+    assert "slept" in messages[-2]["content"] and messages[-1]["content"] == "用英文回答"

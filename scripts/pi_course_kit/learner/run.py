@@ -207,6 +207,7 @@ def driver_messages() -> dict[str, str]:
         "bad_rpc": _('rpc mode reads one JSON object per line, e.g. {{"prompt": "..."}}'),
         "mcp_connected": _("MCP server {name}: connected; tools: {tools}"),
         "mcp_failed": _("MCP server {name} did not connect: {error}; the run goes on without its tools"),
+        "steered": _("steering: {text} (the model reads it once the tools running now are done)"),
         "compacted": _("compacted: {count} earlier messages became a summary in the session file"),
         "not_compacted": _(
             "not compacted: the model's summary was not the JSON asked for; "

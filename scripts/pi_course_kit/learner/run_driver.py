@@ -61,6 +61,11 @@ class Driver:
         self.abort: Callable[[], None] = lambda: None
         self.running = False  # a prompt is being answered (Ctrl-C aborts it, else ends the run)
         self.model_: Any = None
+        # Typed at a terminal while an answer runs, a line steers it (`steered`); piped lines are prompts.
+        self.interactive = config["prompts"] is None and self.text_mode and sys.stdin.isatty()
+        self.pending: asyncio.Future[str] | None = None  # the one read of stdin in progress
+        self.backlog: list[str] = []  # lines typed during an answer that could not steer it: prompts
+        self.ended = False  # stdin reached its end
 
     # -- lines --------------------------------------------------------------------------------------
 
@@ -268,7 +273,7 @@ class Driver:
         async for prompt in self.prompts(prompts):
             self.running = True
             if agent is not None:
-                self.check_result(await agent.prompt(prompt))
+                self.check_result(await self.steered(agent.prompt(prompt), agent.steer))
             elif "tools" in self.features:
                 messages.append(self.pc.user_message(prompt))
                 result = await self.loop_turn(messages)
@@ -500,7 +505,9 @@ class Driver:
                 await self.show_servers(mcp)
             async for prompt in self.prompts(prompts):
                 self.running = True
-                result = await pc.run_mode(runtime, learner_mode, prompt, Output())
+                result = await self.steered(
+                    pc.run_mode(runtime, learner_mode, prompt, Output()), runtime.control.steer
+                )
                 if self.text_mode:
                     print(flush=True)
                 self.check_result(result)
@@ -520,10 +527,15 @@ class Driver:
                 yield prompt
             return
         while True:
+            self.running = False
+            if self.backlog:
+                yield self.backlog.pop(0)
+                continue
+            if self.ended:
+                return
             if self.text_mode and sys.stdin.isatty():
                 print("> ", end="", flush=True)
-            self.running = False
-            line = await read_line()
+            line = await self.next_line()
             if not line:
                 return
             if self.mode == "rpc":
@@ -537,6 +549,38 @@ class Driver:
                 yield asked
             elif line.strip():
                 yield line.rstrip("\n")
+
+    async def next_line(self) -> str:
+        """The next line of stdin ("" at its end), from the read already in progress if there is one."""
+        if self.pending is None:
+            self.pending = asyncio.ensure_future(read_line())
+        try:
+            return await asyncio.shield(self.pending)
+        finally:
+            if self.pending.done():
+                self.pending = None
+
+    async def steered(self, answer: Awaitable[Any], steer: Callable[[str], None]) -> Any:
+        """Await one prompt's answer. At a terminal, a line typed meanwhile goes to `steer` (the learner's
+        `Agent.steer`, from 13 `RuntimeControl.steer`): the model reads it after the tool batch in
+        progress, 09's rule. A line that can no longer steer (the turn has ended) is the next prompt."""
+        run = asyncio.ensure_future(answer)
+        while self.interactive and not self.ended and not run.done():
+            reading = asyncio.ensure_future(self.next_line())
+            await asyncio.wait({run, reading}, return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():
+                reading.cancel()  # the read itself goes on (shielded) and serves the next prompt
+                break
+            line = reading.result()
+            if not line:
+                self.ended = True
+            elif line.strip():
+                try:
+                    steer(line.rstrip("\n"))
+                    self.show(self.say("steered", text=line.strip()))
+                except RuntimeError:  # no run to steer any more: 09's refusal
+                    self.backlog.append(line.rstrip("\n"))
+        return await run
 
 
 CONVERSATION = "run"
