@@ -704,7 +704,8 @@ def test_before_11_a_context_budget_is_refused_naming_the_checkpoint_that_brings
 
 
 class Terminal:
-    """`pi-course --lang en run ARGS` with a pseudo-terminal as its stdin and stdout, as a person types."""
+    """`pi-course --lang en run ARGS` with a pseudo-terminal as its stdin, stdout and stderr, as a person
+    types and reads."""
 
     def __init__(self, folder: Path, args: Sequence[str], env: dict[str, str]) -> None:
         import pty
@@ -717,7 +718,7 @@ class Terminal:
             env={**base, **env},
             stdin=child_end,
             stdout=child_end,
-            stderr=subprocess.PIPE,
+            stderr=child_end,
             start_new_session=True,
         )
         os.close(child_end)
@@ -742,11 +743,11 @@ class Terminal:
         os.write(self.master, text.encode())
 
     def close(self) -> tuple[int, str]:
-        """End the input (Ctrl-D) and wait; (exit code, stderr)."""
+        """End the input (Ctrl-D) and wait; (exit code, what the terminal showed)."""
         try:
             self.type("\x04")
-            _, err = self.process.communicate(timeout=60)
-            return self.process.returncode, err.decode(errors="replace")
+            self.process.wait(timeout=60)
+            return self.process.returncode, self.seen.decode(errors="replace")[-3000:]
         finally:
             with suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
@@ -778,3 +779,27 @@ def test_a_line_typed_while_the_tools_run_steers_the_answer(
     messages = requests[1].json()["messages"]
     assert [m["role"] for m in messages[-2:]] == ["tool", "user"], messages
     assert "slept" in messages[-2]["content"] and messages[-1]["content"] == "用英文回答"
+
+
+def test_at_the_terminal_a_tools_question_takes_the_typed_answer_not_the_steering(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """Asked at the terminal whether bash may run, is the `y` typed the question's answer (the command
+    runs), never a steering line?"""
+    folder = solved(real_course, "09", tmp_path / "practice")
+    replies = [tool_reply(1, "bash", {"command": "echo ran"}), text_reply("跑完了。")]
+    with serving(*replies) as server:
+        terminal = Terminal(folder, [], live(server))
+        try:
+            terminal.wait_for("> ")
+            terminal.type("跑一下\n")
+            terminal.wait_for("[y/N]")
+            terminal.type("y\n")
+            terminal.wait_for("跑完了。")
+        finally:
+            code, err = terminal.close()
+        requests = list(server.requests)
+    assert code == 0, err
+    assert b"steering:" not in terminal.seen
+    tool_messages = [m for m in requests[1].json()["messages"] if m["role"] == "tool"]
+    assert [m["content"].strip() for m in tool_messages] == ["ran"]

@@ -66,6 +66,8 @@ class Driver:
         self.pending: asyncio.Future[str] | None = None  # the one read of stdin in progress
         self.backlog: list[str] = []  # lines typed during an answer that could not steer it: prompts
         self.ended = False  # stdin reached its end
+        self.steer_read: asyncio.Future[str] | None = None  # `steered`'s wait for a line, if any
+        self.asking: asyncio.Future[None] | None = None  # a tool's question, until it has its answer
 
     # -- lines --------------------------------------------------------------------------------------
 
@@ -134,7 +136,7 @@ class Driver:
                     file=sys.stderr,
                     flush=True,
                 )
-                answer = await read_line()
+                answer = await self.answer()
                 if not sys.stdin.isatty():
                     print(answer.strip(), file=sys.stderr)  # a terminal has echoed the answer already
                 if answer.strip().lower() not in ("y", "yes"):
@@ -554,11 +556,23 @@ class Driver:
         """The next line of stdin ("" at its end), from the read already in progress if there is one."""
         if self.pending is None:
             self.pending = asyncio.ensure_future(read_line())
+        pending = self.pending  # shared: `steered` and a tool's question may both wait for this line
         try:
-            return await asyncio.shield(self.pending)
+            return await asyncio.shield(pending)
         finally:
-            if self.pending.done():
+            if pending.done() and self.pending is pending:
                 self.pending = None
+
+    async def answer(self) -> str:
+        """The answer to a tool's question: the next line, which `steered` leaves alone meanwhile."""
+        self.asking = asyncio.get_running_loop().create_future()
+        if self.steer_read is not None:
+            self.steer_read.cancel()  # the read goes on (shielded): its line is this answer
+        try:
+            return await self.next_line()
+        finally:
+            self.asking.set_result(None)
+            self.asking = None
 
     async def steered(self, answer: Awaitable[Any], steer: Callable[[str], None]) -> Any:
         """Await one prompt's answer. At a terminal, a line typed meanwhile goes to `steer` (the learner's
@@ -566,8 +580,14 @@ class Driver:
         progress, 09's rule. A line that can no longer steer (the turn has ended) is the next prompt."""
         run = asyncio.ensure_future(answer)
         while self.interactive and not self.ended and not run.done():
-            reading = asyncio.ensure_future(self.next_line())
+            if self.asking is not None:  # a tool asks: the line typed now is its answer
+                await asyncio.wait({run, self.asking}, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            reading = self.steer_read = asyncio.ensure_future(self.next_line())
             await asyncio.wait({run, reading}, return_when=asyncio.FIRST_COMPLETED)
+            self.steer_read = None
+            if reading.cancelled():  # a question began: its answer was taken there
+                continue
             if not reading.done():
                 reading.cancel()  # the read itself goes on (shielded) and serves the next prompt
                 break
