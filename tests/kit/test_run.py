@@ -803,3 +803,25 @@ def test_at_the_terminal_a_tools_question_takes_the_typed_answer_not_the_steerin
     assert b"steering:" not in terminal.seen
     tool_messages = [m for m in requests[1].json()["messages"] if m["role"] == "tool"]
     assert [m["content"].strip() for m in tool_messages] == ["ran"]
+
+
+@pytest.mark.parametrize("checkpoint_id", ["16", "19"])
+def test_from_16_with_yes_the_models_script_calls_the_tools_through_the_learners_codemode(
+    real_course: Course, tmp_path: Path, checkpoint_id: str
+) -> None:
+    """With --yes, is the learner's codemode tool declared, and does the model's script read a file through
+    it in the learner's QuickJS worker; without --yes, is codemode left out (a script cannot stop to ask)?"""
+    folder = solved(real_course, checkpoint_id, tmp_path / "practice")
+    (folder / "workspace").mkdir()
+    (folder / "workspace" / "notes.py").write_text('print("draft")\n', encoding="utf-8")
+    script = 'const found = await tools.read({ path: "notes.py" }); return found.text;'
+    replies = [tool_reply(1, "codemode", {"code": script}), text_reply("读到了。"), text_reply("好。")]
+    with serving(*replies) as server:
+        done = run_pi(folder, ["--yes", "读 notes.py"], env=live(server))
+        asked = run_pi(folder, ["再看看"], env=live(server))
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert asked.returncode == 0, asked.stderr
+    assert "codemode" in declared(requests[0]) and "codemode" not in declared(requests[2])
+    [result] = [m["content"] for m in requests[1].json()["messages"] if m["role"] == "tool"]
+    assert 'print(\\"draft\\")' in result, result

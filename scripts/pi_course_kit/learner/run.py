@@ -42,6 +42,7 @@ FEATURES = {
     "runtime": "the Runtime with a session file and the output modes json and rpc",
     "compaction": "a context built within a token budget, compacted into a summary when it overflows",
     "tool_search": "tool_search, which loads deferred tools when the model asks",
+    "codemode": "codemode, which runs the model's scripts over the tools",
     "mcp": "an MCP client, to start the servers a config file lists",
 }
 #: The default token budget of one model request (--context-tokens), and the least one that leaves room.

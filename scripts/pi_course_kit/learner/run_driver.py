@@ -4,9 +4,10 @@ This file is run as a script by the practice folder's interpreter (`python -P ru
 the folder first on `sys.path`: it imports the learner's package and nothing of the kit, since the kit
 process never imports a course package. It uses only what its checkpoint has, as the kit tells it in
 CONFIG (a JSON file): `features` is the lineage's list from course.toml ("chat", "tools", "agent",
-"session", "compaction", "runtime", "tool_search", "mcp", "durable"). Every line a learner reads comes
-translated in CONFIG's `messages`; the API key is read from the environment variable CONFIG names and goes
-nowhere but the learner's transport (it leaves the environment before any tool or MCP server starts).
+"session", "compaction", "runtime", "tool_search", "codemode", "mcp", "durable"). Every line a learner
+reads comes translated in CONFIG's `messages`; the API key is read from the environment variable CONFIG
+names and goes nowhere but the learner's transport (it leaves the environment before any tool or MCP
+server starts).
 """
 
 from __future__ import annotations
@@ -116,7 +117,12 @@ class Driver:
     def tools(self) -> Any:
         """The coding tools in the workspace; the ones CONFIG's `ask` names ask before they run."""
         registry = self.pc.create_coding_tools(cwd=self.config["workspace"], containment="workspace")
-        return self.pc.ToolRegistry([self.gated(tool) for tool in registry.list()])
+        tools = self.pc.ToolRegistry([self.gated(tool) for tool in registry.list()])
+        if "codemode" in self.features and self.config["yes"]:
+            # From 16, with --yes only: a script calls write and bash inside its worker's deadline,
+            # where a question could not wait for a person's answer.
+            tools.register(self.gated(self.pc.create_codemode_tool(tools)))  # gated: its details as JSON
+        return tools
 
     def gated(self, tool: Any) -> Any:
         """The tool, asking first where CONFIG says so, with details a session file can carry."""
