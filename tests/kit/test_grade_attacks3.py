@@ -383,7 +383,7 @@ def test_each_record_says_how_its_memory_was_counted(graded: dict[str, Any], mod
 def shared_memory(
     course: Course, checkpoint: Checkpoint, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Any]]:
-    """The shared-memory and socket attackers, and an honest learner after them, in one slot; records, runs."""
+    """The shared-memory and socket attackers, then an honest learner, in one slot; records and runs."""
     root = tmp_path_factory.mktemp("shared-memory")
     folder = make_learner(course, checkpoint, root / "shared", labs_from_solution=True)
     tool = folder / TEACHING
