@@ -825,3 +825,36 @@ def test_from_16_with_yes_the_models_script_calls_the_tools_through_the_learners
     assert "codemode" in declared(requests[0]) and "codemode" not in declared(requests[2])
     [result] = [m["content"] for m in requests[1].json()["messages"] if m["role"] == "tool"]
     assert 'print(\\"draft\\")' in result, result
+
+
+def test_from_13_the_workspaces_resources_join_the_system_through_the_learners_catalog(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """Does the workspace's AGENTS.md and a skill's name and description, found by the learner's
+    discover_resources (12), reach the model's system prompt through the learner's Runtime (13), and does a
+    SKILL.md the learner's checks refuse end the run in one line?"""
+    folder = solved(real_course, "13", tmp_path / "practice")
+    workspace = folder / "workspace"
+    (workspace / "skills" / "greet").mkdir(parents=True)
+    (workspace / "AGENTS.md").write_text("回答时先说“收到”。\n", encoding="utf-8")
+    skill = "---\nname: greet\ndescription: 用三种语言问好\n---\n先说你好。\n"
+    (workspace / "skills" / "greet" / "SKILL.md").write_text(skill, encoding="utf-8")
+    with serving(text_reply("收到。")) as server:
+        done = run_pi(folder, ["你好"], env=live(server))
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "resources from " in done.stdout
+        and "instructions:AGENTS" in done.stdout
+        and "skill:greet" in done.stdout
+    )
+    system = "\n".join(str(m["content"]) for m in requests[0].json()["messages"] if m["role"] == "system")
+    assert "回答时先说“收到”。" in system and "- greet: 用三种语言问好" in system
+    assert "先说你好。" not in system  # a skill's body waits for its activation
+    (workspace / "skills" / "greet" / "SKILL.md").write_text("---\nname: greet\n", encoding="utf-8")
+    with serving() as server:
+        broken = run_pi(folder, ["你好"], env=live(server))
+        assert server.requests == []
+    assert broken.returncode == 2
+    line = assert_one_line(broken.stderr)
+    assert line.startswith("the resources in ") and "cannot be read: " in line

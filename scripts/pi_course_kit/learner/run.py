@@ -41,6 +41,7 @@ FEATURES = {
     "agent": "the stateful Agent",
     "runtime": "the Runtime with a session file and the output modes json and rpc",
     "compaction": "a context built within a token budget, compacted into a summary when it overflows",
+    "resources": "the workspace's resources (AGENTS.md, templates/, skills/) in the system prompt",
     "tool_search": "tool_search, which loads deferred tools when the model asks",
     "codemode": "codemode, which runs the model's scripts over the tools",
     "mcp": "an MCP client, to start the servers a config file lists",
@@ -208,6 +209,8 @@ def driver_messages() -> dict[str, str]:
         "bad_rpc": _('rpc mode reads one JSON object per line, e.g. {{"prompt": "..."}}'),
         "mcp_connected": _("MCP server {name}: connected; tools: {tools}"),
         "mcp_failed": _("MCP server {name} did not connect: {error}; the run goes on without its tools"),
+        "resources": _("resources from {root}: {names}"),
+        "bad_resources": _("the resources in {root} cannot be read: {error}"),
         "steered": _("steering: {text} (the model reads it once the tools running now are done)"),
         "compacted": _("compacted: {count} earlier messages became a summary in the session file"),
         "not_compacted": _(

@@ -154,6 +154,21 @@ class Driver:
 
         return dataclasses.replace(tool, execute=run_tool)
 
+    async def resources(self) -> Any:
+        """From 12, the workspace's resource catalog by the learner's discover_resources (AGENTS.md,
+        templates/, skills/), which 13's Runtime puts into the system; an empty one before 12."""
+        pc, root = self.pc, self.config["workspace"]
+        if "resources" not in self.features:
+            return pc.ResourceCatalog(resources=[], instructions=[], skills=[], templates=[])
+        try:
+            catalog = await pc.discover_resources([root])
+        except ValueError as error:  # a file of the workspace the learner's checks refuse
+            raise Stop(self.say("bad_resources", root=root, error=str(error).splitlines()[0]), 2) from None
+        if catalog.resources:
+            names = ", ".join(pc.resource_key(resource) for resource in catalog.resources)
+            self.show(self.say("resources", root=root, names=names))
+        return catalog
+
     def mcp_runtime(self, registry: Any) -> Any:
         """17: the learner's MCP runtime over the servers CONFIG names (the file `--mcp` gave), each started
         by the learner's stdio transport in the workspace; their tools join `registry` as they connect.
@@ -488,6 +503,7 @@ class Driver:
             estimate_tokens=estimate_tokens,
         )
         registry = self.tools()
+        resources = await self.resources()
         mcp = self.mcp_runtime(registry)
         # 17's Runtime asks its section providers before every prompt: the servers' list joins the system.
         providers = {"section_providers": [mcp]} if mcp is not None else {}
@@ -497,7 +513,7 @@ class Driver:
                 model=self.model_,
                 tools=registry,
                 session=store,
-                resources=pc.ResourceCatalog(resources=[], instructions=[], skills=[], templates=[]),
+                resources=resources,
                 create_id=lambda: uuid.uuid4().hex,
                 now=lambda: time.time_ns() // 1_000_000,
                 **providers,
