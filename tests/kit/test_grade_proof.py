@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FX
+from conftest import FIXTURE, FX
 from learner_support import solve
 from pi_course_kit import cli
+from pi_course_kit.core import manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.grade import proof, proof_plugin
 from pi_course_kit.learner import practice
@@ -123,6 +125,7 @@ def test_a_change_outside_the_bodies_changes_the_skeleton(before: str, after: st
 
 
 TRACED_TESTS = """
+import os
 import subprocess
 import sys
 import threading
@@ -131,6 +134,9 @@ from pathlib import Path
 import pytest
 
 import pi_course
+
+ROOT = Path(__file__).parents[1]
+SERVER = []
 
 
 @pytest.fixture(scope="module")
@@ -162,8 +168,36 @@ def test_spawns():
     subprocess.run([sys.executable, "-c", "pass"], check=True)
 
 
+def test_child_imports():
+    subprocess.run([sys.executable, "-c", "import pi_course"], check=True, cwd=ROOT)
+
+
 def test_reads_the_sources():
     assert "def outer" in (Path(pi_course.__file__)).read_text(encoding="utf-8")
+
+
+def test_starts_a_server():
+    serve = "import sys, pi_course; print(pi_course.outer(), flush=True); sys.stdin.read()"
+    command = [sys.executable, "-c", serve]
+    SERVER.append(subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    assert SERVER[0].stdout.readline() == b"2\\n"
+
+
+def test_asks_the_server():
+    server = SERVER.pop()
+    server.stdin.close()
+    assert server.wait() == 0
+
+
+def test_forks():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def test_preexec():
+    subprocess.run(["true"], preexec_fn=pi_course.in_a_thread, check=True)
 """
 
 TRACED_PACKAGE = """
@@ -184,10 +218,12 @@ def for_the_module():
 """
 
 
-def test_the_plugin_notes_what_each_test_enters_in_every_thread_and_fixture(tmp_path: Path) -> None:
+def test_the_plugin_notes_what_each_test_enters_and_what_its_processes_read(tmp_path: Path) -> None:
     """Does the trusted run's plugin note, per test, the package functions it entered (those a worker
-    thread ran too, and a module fixture's for each test using it), and mark a test that starts a
-    process or reads the package's files as opaque?"""
+    thread ran too, and a module fixture's for each test using it) and the package files that it or a
+    process it started opened (and, for a test that talks to a process an earlier test left running,
+    what that process read), and mark as opaque a test that forks this interpreter or runs a function
+    in a child before its program?"""
     (tmp_path / "pi_course").mkdir()
     (tmp_path / "pi_course" / "__init__.py").write_text(TRACED_PACKAGE, encoding="utf-8")
     (tmp_path / "tests").mkdir()
@@ -213,20 +249,91 @@ def test_the_plugin_notes_what_each_test_enters_in_every_thread_and_fixture(tmp_
     assert traces["test_plain"].units == {f"{unit}outer", f"{unit}inner"}
     assert traces["test_thread"].units == {f"{unit}in_a_thread"}
     assert traces["test_first_user"].units == traces["test_second_user"].units == {f"{unit}for_the_module"}
-    assert [name for name, trace in traces.items() if trace.opaque] == [
-        "test_spawns",
+    assert [name for name, trace in traces.items() if trace.opaque] == ["test_forks", "test_preexec"]
+    read = {name for name, trace in traces.items() if trace.files}
+    assert read == {
+        "test_child_imports",
         "test_reads_the_sources",
-    ]
+        "test_starts_a_server",
+        "test_asks_the_server",
+    }
+    assert all(traces[name].files == {"pi_course/__init__.py"} for name in read)
+
+
+def package_of(root: Path, files: dict[str, str]) -> Path:
+    """A package folder `pkg` under `root` with the given modules."""
+    package = root / "pkg"
+    package.mkdir(parents=True)
+    for name, text in files.items():
+        (package / name).write_text(text, encoding="utf-8")
+    return package
+
+
+WORKER = "def work():\n    return 1\n"
+CALLER = "def call():\n    return 2\n"
+
+
+@pytest.mark.parametrize(
+    ("learner_worker", "learner_caller", "proven"),
+    [
+        (WORKER, CALLER, {"reads-worker", "enters-caller"}),  # the solution's package
+        (WORKER, CALLER.replace("2", "3"), {"reads-worker"}),  # a body the other test entered
+        (WORKER.replace("1", "0"), CALLER, {"enters-caller"}),  # a body only a child process ran
+    ],
+)
+def test_a_test_whose_process_read_a_changed_file_is_never_proven(
+    tmp_path: Path, learner_worker: str, learner_caller: str, proven: set[str]
+) -> None:
+    """A child process runs code the tracer never sees: is a test whose processes read a file proven
+    only while the learner's file is byte for byte the solution's, even when no unit it entered in
+    this process changed?"""
+    ours = proof.PackageShape.read(package_of(tmp_path / "ours", {"worker.py": WORKER, "caller.py": CALLER}))
+    assert ours is not None
+    traces = {
+        "reads-worker": proof.Trace("reads-worker", frozenset(), frozenset({"pkg/worker.py"}), False),
+        "enters-caller": proof.Trace("enters-caller", frozenset({"pkg/caller.py::call"}), frozenset(), False),
+    }
+    learner = package_of(tmp_path / "theirs", {"worker.py": learner_worker, "caller.py": learner_caller})
+    assert proof.Proof(ours, traces).proven(learner, traces) == proven
 
 
 # -- grading the fixture course's a2, whose a1 counter is inherited -----------------------------------
 
 
+#: A 1.1 test that runs the counter in another interpreter, loading counter.py alone: the trusted run's
+#: tracer never sees `Counter.add` entered, only the file opened.
+CHILD_TEST = '''
+
+@pytest.mark.lab1_1
+def test_a_child_interpreter_counts_one() -> None:
+    """Run by another interpreter, does add count one?"""
+    import subprocess
+    import sys
+
+    import fx_course
+
+    code = (
+        "import importlib.util, sys; spec = importlib.util.spec_from_file_location('c', sys.argv[1]); "
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); "
+        "print(module.Counter().add())"
+    )
+    path = fx_course.counter.__file__
+    done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "1"
+'''
+
+
 @pytest.fixture(scope="module")
-def graded(course: Course, child: Checkpoint, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Grade a2 folders once: complete, with a wrong inherited body, with a patch at import, and with
-    their own (different) a2 code."""
+def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Grade a2 folders once, in a copy of the fixture course with a 1.1 test that runs the counter in a
+    child interpreter: complete, with a wrong inherited body, with a patch at import, and with their
+    own (different) a2 code."""
     root = tmp_path_factory.mktemp("proof")
+    shutil.copytree(FIXTURE, root / "course", ignore=shutil.ignore_patterns("__pycache__"))
+    tests = root / "course" / "tests" / "focused" / "test_a1_counter.py"
+    tests.write_text(tests.read_text(encoding="utf-8") + CHILD_TEST, encoding="utf-8")
+    course = manifest.load(root / "course" / "course.toml")
+    child = course.checkpoint("a2")
     folders = {}
     for name in ("complete", "wrong-body", "patched", "own-code", "docstring"):
         folders[name] = practice.create(course, child, root / name)
@@ -245,7 +352,8 @@ def graded(course: Course, child: Checkpoint, tmp_path_factory: pytest.TempPathF
     told.write_text(told.read_text(encoding="utf-8").replace('"""Go back to zero."""', '"""Back to zero."""'))
     out = root / "grades.jsonl"
     # Five folders: fewer than the default's batch size, so --proof asks for the proof.
-    code = cli.main(["grade", *map(str, folders.values()), "--json", str(out), "--jobs", "2", "--proof", *FX])
+    options = ["--json", str(out), "--jobs", "2", "--proof", "--course", str(root / "course")]
+    code = cli.main(["grade", *map(str, folders.values()), *options])
     records = {
         Path(r["folder"]).name: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())
     }
@@ -290,6 +398,22 @@ def test_a_broken_parent_is_never_hidden_behind_the_proof(graded: dict[str, Any]
     assert adds and not any(test["proven"] for test in adds)
     assert any(test["outcome"] == "failed" for test in adds)
     assert any(flag.startswith("parent labs not green: 1.1") for flag in record["flags"])
+
+
+CHILD_NODE = "tests/test_a1_counter.py::test_a_child_interpreter_counts_one"
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize(
+    ("name", "proven", "outcome"), [("own-code", True, "passed"), ("wrong-body", False, "failed")]
+)
+def test_a_parent_file_only_a_child_process_reads_is_proven_only_while_untouched(
+    graded: dict[str, Any], name: str, proven: bool, outcome: str
+) -> None:
+    """A child interpreter runs the inherited counter where the tracer cannot see: is its test proven
+    while the learner left counter.py as it was, and run (and failed) once its body is wrong?"""
+    [test] = [test for test in graded["records"][name]["tests"] if test["nodeid"] == CHILD_NODE]
+    assert (test["proven"], test["outcome"]) == (proven, outcome)
 
 
 @pytest.mark.sandbox

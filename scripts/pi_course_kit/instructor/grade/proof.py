@@ -9,18 +9,22 @@ package is compared with the solution's unit by unit:
   the statements of a unit's body may differ. Module-level code runs at import for every test, and a
   docstring or a signature can be read without entering the function, so any difference there means
   no test is proven;
-- a test is proven when it passed in the reference, entered none of the units whose bodies differ, and
-  did nothing the trace cannot follow (`opaque`: it started a process or read the package's files).
+- a test is proven when it passed in the reference, entered none of the units whose bodies differ, read
+  only package files that are byte for byte the solution's (itself or through the processes it
+  started: a worker importing the package, a type checker), and did nothing the trace cannot follow
+  (`opaque`: it forked this very interpreter, or had a child run one of its functions first).
 
-The run of a proven test would execute exactly the code the reference run executed, so it would end
-the same: it passed. What learner code could do to a parent function (patch it at import, or change
-its body) is a change of the skeleton or of an entered unit, and those tests run. Held-out tests always
-run. Line numbers are not compared: no focused test reads them from the learner's code.
+The run of a proven test would execute exactly the code the reference run executed, and its processes
+would read the same files, so it would end the same: it passed. What learner code could do to a parent
+function (patch it at import, or change its body) is a change of the skeleton or of an entered unit, and
+those tests run. Held-out tests always run. Line numbers are not compared: no focused test reads them
+from the learner's code.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -82,16 +86,19 @@ class PackageShape:
     data: Mapping[str, bytes]
     skeletons: Mapping[str, str]
     bodies: Mapping[str, Mapping[str, str]]
+    #: Every file's SHA-256, by relative path: what a test that reads a file depends on.
+    digests: Mapping[str, str]
 
     @classmethod
     def read(cls, package: Path) -> PackageShape | None:
         """The shape of the package folder, or None when a module does not parse (nothing is proven)."""
-        files, data, skeletons, bodies = set(), {}, {}, {}
+        files, data, skeletons, bodies, digests = set(), {}, {}, {}, {}
         for path in sorted(package.rglob("*")):
             relative = path.relative_to(package.parent).as_posix()
             if not path.is_file() or DERIVED & set(path.relative_to(package).parts):
                 continue
             files.add(relative)
+            digests[relative] = hashlib.sha256(path.read_bytes()).hexdigest()
             if path.suffix != ".py":
                 data[relative] = path.read_bytes()
                 continue
@@ -99,7 +106,7 @@ class PackageShape:
                 skeletons[relative], bodies[relative] = units(path.read_text(encoding="utf-8"), relative)
             except (SyntaxError, ValueError, UnicodeDecodeError):
                 return None
-        return cls(frozenset(files), data, skeletons, bodies)
+        return cls(frozenset(files), data, skeletons, bodies, digests)
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,8 @@ class Trace:
 
     nodeid: str
     units: frozenset[str]
+    #: The package files it opened, or a process it started did (relative paths, as `PackageShape`'s).
+    files: frozenset[str]
     opaque: bool
 
 
@@ -117,7 +126,12 @@ def read_traces(lines: Iterable[str]) -> dict[str, Trace]:
     for line in lines:
         try:
             data = json.loads(line)
-            trace = Trace(str(data["nodeid"]), frozenset(map(str, data["units"])), bool(data["opaque"]))
+            trace = Trace(
+                str(data["nodeid"]),
+                frozenset(map(str, data["units"])),
+                frozenset(map(str, data["files"])),
+                bool(data["opaque"]),
+            )
         except (ValueError, KeyError, TypeError):
             continue
         found[trace.nodeid] = trace
@@ -145,8 +159,15 @@ class Proof:
             for name in bodies.keys() | theirs.bodies[module].keys()
             if bodies.get(name) != theirs.bodies[module].get(name)
         }
+
+        def same(relative: str) -> bool:
+            return relative in ours.digests and theirs.digests.get(relative) == ours.digests[relative]
+
         return frozenset(
             node
             for node in candidates
-            if (trace := self.traces.get(node)) is not None and not trace.opaque and not trace.units & changed
+            if (trace := self.traces.get(node)) is not None
+            and not trace.opaque
+            and not trace.units & changed
+            and all(map(same, trace.files))
         )
