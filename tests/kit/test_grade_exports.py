@@ -189,18 +189,28 @@ def test_every_case_of_a_learner_whose_import_failed_carries_the_syntax_error(gr
 @pytest.mark.slow
 @pytest.mark.sandbox
 def test_junit_times_are_the_measured_durations(graded: dict[str, Any]) -> None:
-    """Are testcase times what the run measured (not all 0.000), and each suite's time the learner's run?"""
-    complete = suites(graded)["complete/pi-practice"]
-    times = [float(str(case.get("time"))) for case in complete.iter("testcase")]
-    assert sum(times) > 0 and all(time >= 0 for time in times)
-    record = graded["records"]["complete/pi-practice"]
-    assert float(str(complete.get("time"))) == pytest.approx(record["seconds"], abs=0.001)
-    assert set(record["durations"]) == {verdict["nodeid"] for verdict in record["tests"]}
-    by_name = {case.get("name"): float(str(case.get("time"))) for case in complete.iter("testcase")}
-    assert by_name == {
-        node.rsplit("::", 1)[1]: pytest.approx(seconds, abs=1e-6)
-        for node, seconds in record["durations"].items()
-    }
+    """Are testcase times what the run measured: above 0.000 where the tests ran, 0 for a test the
+    batch's proof vouched for (not run), and each suite's time the learner's run?"""
+    durations: dict[str, float] = {}
+    for learner in ("complete/pi-practice", "untouched/pi-practice"):
+        suite, record = suites(graded)[learner], graded["records"][learner]
+        assert float(str(suite.get("time"))) == pytest.approx(record["seconds"], abs=0.001)
+        assert set(record["durations"]) == {verdict["nodeid"] for verdict in record["tests"]}
+        by_name = {case.get("name"): float(str(case.get("time"))) for case in suite.iter("testcase")}
+        assert by_name == {
+            node.rsplit("::", 1)[1]: pytest.approx(seconds, abs=1e-6)
+            for node, seconds in record["durations"].items()
+        }
+        assert all(seconds >= 0 for seconds in by_name.values())
+        durations.update({f"{learner} {node}": seconds for node, seconds in record["durations"].items()})
+    tests = [
+        (f"{learner} {test['nodeid']}", test["proven"])
+        for learner in ("complete/pi-practice", "untouched/pi-practice")
+        for test in graded["records"][learner]["tests"]
+    ]
+    ran = [durations[key] for key, proven in tests if not proven]
+    assert ran and sum(ran) > 0
+    assert all(durations[key] == 0 for key, proven in tests if proven)
 
 
 def test_xml_illegal_characters_in_a_failure_message_leave_the_file_well_formed(
