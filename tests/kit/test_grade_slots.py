@@ -208,8 +208,17 @@ def test_every_module_comes_from_the_allow_list(number):
 """
 
 
-def test_a_run_imports_nothing_from_outside_the_bound_packages(tmp_path: Path) -> None:
-    """In a slot, do pytest, its plugins and hypothesis load only from the bound site-packages (never the base Python's)?"""
+#: About 100 KB of `--deselect` options: what the reference proof of a late checkpoint sends (19's list
+#: is over 64 KB), to nodes that do not exist.
+LONG_DESELECT = [
+    arg for i in range(1000) for arg in ("--deselect", f"test_modules.py::test_{i:04d}_{'x' * 60}")
+]
+
+
+@pytest.mark.parametrize("extra", [[], LONG_DESELECT], ids=["plain", "long-deselect"])
+def test_a_run_imports_nothing_from_outside_the_bound_packages(tmp_path: Path, extra: list[str]) -> None:
+    """In a slot, do pytest, its plugins and hypothesis load only from the bound site-packages (never the
+    base Python's), also for a request whose arguments are longer than 64 KB?"""
     kit, work = tmp_path / "kit", tmp_path / "work"
     kit.mkdir()
     (work / "tree").mkdir(parents=True)
@@ -229,12 +238,21 @@ def test_a_run_imports_nothing_from_outside_the_bound_packages(tmp_path: Path) -
             "pytest_timeout",
             "--disable-plugin-autoload",
             "--tb=short",
+            *extra,
         ]
+        assert slots.request_fits(args)
         run = server.run(args, Limits(wall_seconds=60), out)
     finally:
         server.stop()
     assert run.returncode == 0, run.output[-3000:]
     assert "1 passed" in run.output
+
+
+def test_a_request_too_long_for_one_message_is_not_sent() -> None:
+    """Is a 100 KB argument list one request, and one past the sender's buffer not (the grader then runs
+    every test rather than lose the run)?"""
+    assert len("".join(LONG_DESELECT)) > 1 << 16 and slots.request_fits(LONG_DESELECT)
+    assert not slots.request_fits(LONG_DESELECT * 2)
 
 
 def test_by_default_one_slot_per_usable_cpu_and_never_more_than_submissions(

@@ -41,6 +41,9 @@ import sys
 import time
 from typing import Any
 
+#: The largest run request the server reads in one message (its `--deselect` list grows with the course).
+REQUEST_BYTES = 1 << 18
+
 REPORT_FD = 3  # in the child, where nothing else stays open
 HELD_FD = 4  # the held-out modules' memory file, when the run gets one (read and closed by held_plugin)
 HELD_ENV = "PI_COURSE_HELD_OUT_FD"  # held_plugin.HELD_ENV
@@ -423,7 +426,7 @@ def serve(channel: socket.socket) -> int:
     """Answer run requests until the grader closes the socket; return 0 in the server, the run's status in a child."""
     send(channel, {"ready": True})
     while True:
-        message, fds, _, _ = socket.recv_fds(channel, 1 << 16, 3)
+        message, fds, _, _ = socket.recv_fds(channel, REQUEST_BYTES, 3)
         if not message:
             return 0
         request = json.loads(message)

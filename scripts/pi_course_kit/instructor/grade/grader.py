@@ -548,6 +548,10 @@ class Grader:
             out = work / "out"
             out.mkdir()
             skipped = verdict.disguised_nodes(sorted(proven), reference.batch.disguises)
+            if not slots.request_fits([arg for node in skipped for arg in ("--deselect", node)]):
+                # A list too long for one message to the sandbox's server: every test runs instead,
+                # which is never wrong about the learner (a lost request would score a crash).
+                proven, skipped = frozenset(), []
             run = self._run(tree, out, slot, str(secrets.randbits(64)), skipped)
         finally:
             shutil.rmtree(slot.tree, ignore_errors=True)

@@ -31,6 +31,14 @@ LAB_TIME_FILE = "lab_time.py"  # in the kit folder as pi_course_lab_time.py
 READY_SECONDS = 120.0  # importing pytest and hypothesis on a very busy machine
 ANSWER_GRACE = 30.0  # beyond a run's wall time, before a silent server counts as hung
 LOST = -int(signal.SIGKILL)  # the exit status a run gets when its server died under it
+#: The largest request sent to the server: one SOCK_SEQPACKET message must fit the sender's buffer
+#: (net.core.wmem_default, 208 KiB on Linux by default) and the server's read (forkserver.REQUEST_BYTES).
+REQUEST_LIMIT = 128 * 1024
+
+
+def request_fits(args: Sequence[str]) -> bool:
+    """Whether a run with these arguments fits in one request message, with room for the rest of it."""
+    return len(json.dumps(list(args)).encode("utf-8")) + 4096 <= REQUEST_LIMIT
 
 
 class ServerFailed(Exception):
