@@ -548,7 +548,7 @@ class Grader:
             out = work / "out"
             out.mkdir()
             skipped = verdict.disguised_nodes(sorted(proven), reference.batch.disguises)
-            if not slots.request_fits([arg for node in skipped for arg in ("--deselect", node)]):
+            if not slots.request_fits(_deselect(skipped)):
                 # A list too long for one message to the sandbox's server: every test runs instead,
                 # which is never wrong about the learner (a lost request would score a crash).
                 proven, skipped = frozenset(), []
@@ -597,7 +597,7 @@ class Grader:
                     "-o",
                     f"{IMPORT_TIMEOUT_INI}={import_seconds}",
                     *(["-p", HELD_PLUGIN] if held else []),
-                    *(arg for node in skipped for arg in ("--deselect", node)),
+                    *_deselect(skipped),
                 ]
             )[1:]
         ]
@@ -703,6 +703,11 @@ def _reference_error(checkpoint: Checkpoint, failures: Sequence[_Failure]) -> st
         detail=f" ({detail})" if detail else "",
         cause=cause.format(load=load, cpus=cpus, checkpoint=checkpoint.id),
     )
+
+
+def _deselect(nodes: Sequence[str]) -> list[str]:
+    """The pytest options that leave `nodes` out of a run."""
+    return [arg for node in nodes for arg in ("--deselect", node)]
 
 
 def _stage(course: Course, reference: Reference, source: Path, dest: Path) -> Path:

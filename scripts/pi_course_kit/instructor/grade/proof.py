@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -98,12 +99,14 @@ class PackageShape:
             if not path.is_file() or DERIVED & set(path.relative_to(package).parts):
                 continue
             files.add(relative)
-            digests[relative] = hashlib.sha256(path.read_bytes()).hexdigest()
+            raw = path.read_bytes()  # read once: its digest, and its text as `read_text` would give it
+            digests[relative] = hashlib.sha256(raw).hexdigest()
             if path.suffix != ".py":
-                data[relative] = path.read_bytes()
+                data[relative] = raw
                 continue
             try:
-                skeletons[relative], bodies[relative] = units(path.read_text(encoding="utf-8"), relative)
+                text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8").read()
+                skeletons[relative], bodies[relative] = units(text, relative)
             except (SyntaxError, ValueError, UnicodeDecodeError):
                 return None
         return cls(frozenset(files), data, skeletons, bodies, digests)
