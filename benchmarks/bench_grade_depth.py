@@ -7,7 +7,8 @@ the learner writes from nothing) with a `pass`
 put first in every function, so every function of the checkpoint's own files differs from the solution
 (the worst case for the reference proof) while the inherited files are untouched. Each checkpoint is
 graded twice with `--jobs 2`: with `--proof` (the batch's reference proof skips the tests it vouches
-for; by default only batches of eight folders or more get it) and with `--no-proof` (every test runs).
+for; as shipped, every batch gets it, its traced reference kept by content) and with `--no-proof`
+(every test runs).
 The figures include each batch's reference run of the solution.
 """
 

@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURE, FX
+from conftest import FIXTURE
 from learner_support import solve
 from pi_course_kit import cli
 from pi_course_kit.core import manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.runner import RUNS_FOLDER
 from pi_course_kit.instructor.grade import proof, proof_plugin
+from pi_course_kit.instructor.grade.grader import Grader
+from pi_course_kit.instructor.grade.sandbox import Limits
 from pi_course_kit.learner import practice
 
 BASE = '''"""A module."""
@@ -425,13 +428,74 @@ def test_a_changed_docstring_proves_nothing(graded: dict[str, Any]) -> None:
 
 
 @pytest.mark.sandbox
-def test_a_small_batch_is_not_traced_unless_asked(course: Course, child: Checkpoint, tmp_path: Path) -> None:
-    """Tracing the reference costs about what eight learners save: does a batch of one, without --proof,
-    run every test (none proven), as a Gradescope submission graded alone does?"""
+def test_without_a_store_a_small_batch_is_not_traced_unless_asked(
+    course: Course, child: Checkpoint, tmp_path: Path
+) -> None:
+    """Tracing the reference costs about what eight learners save: with nowhere to keep the traced run, does
+    a batch of one run every test (none proven)?"""
     folder = practice.create(course, child, tmp_path / "alone")
     solve(course, child, folder)
-    out = tmp_path / "grades.jsonl"
-    assert cli.main(["grade", str(folder), "--json", str(out), "--jobs", "1", *FX]) == 0
-    [record] = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    assert record["status"] == "complete"
-    assert record["tests"] and not any(test["proven"] for test in record["tests"])
+    grader = Grader(course, Limits(wall_seconds=120), 1, child.id)
+    try:
+        [record] = grader.grade_all([folder])
+    finally:
+        grader.close()
+    assert record.status == "complete"
+    assert record.tests and not any(test.proven for test in record.tests)
+
+
+def kept_references(cache: Path) -> list[Path]:
+    """The kept runs in the kit's cache under `cache` that carry a proof trace."""
+    found = []
+    for path in sorted((cache / "pi-course" / RUNS_FOLDER).glob("run-*.json")):
+        if json.loads(path.read_text(encoding="utf-8")).get("outputs", {}).get(proof_plugin.PROOF_ENV):
+            found.append(path)
+    return found
+
+
+@pytest.mark.sandbox
+def test_a_batch_of_one_gets_the_proof_from_the_reference_kept_by_content(
+    course: Course, child: Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Graded alone, does a complete folder get the proof, its traced reference kept in the kit's cache;
+    does the next batch read that reference back instead of running it (a trace edited in the store is
+    what it uses), and does a changed test file make it run and keep a new one?"""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    root = tmp_path / "course"
+    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    copied = manifest.load(root / "course.toml")
+    folders = []
+    for name in ("first", "second", "third"):
+        folders.append(practice.create(copied, copied.checkpoint(child.id), tmp_path / name))
+        solve(copied, copied.checkpoint(child.id), folders[-1])
+
+    def grade(folder: Path) -> dict[str, Any]:
+        out = tmp_path / f"{folder.name}.jsonl"
+        assert cli.main(["grade", str(folder), "--json", str(out), "--jobs", "1", "--course", str(root)]) == 0
+        records: list[dict[str, Any]] = [
+            json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()
+        ]
+        [record] = records
+        assert record["status"] == "complete"
+        return record
+
+    first = grade(folders[0])
+    assert first["tests"] and all(test["proven"] for test in first["tests"])
+    [kept] = kept_references(cache)
+    # Drop one test's trace from the kept reference: a batch that reads it back must run that test.
+    stored = json.loads(kept.read_text(encoding="utf-8"))
+    lines = stored["outputs"][proof_plugin.PROOF_ENV].splitlines()
+    dropped = json.loads(lines[0])["nodeid"]
+    stored["outputs"][proof_plugin.PROOF_ENV] = "\n".join(lines[1:]) + "\n"
+    kept.write_text(json.dumps(stored), encoding="utf-8")
+    second = grade(folders[1])
+    ran = {test["nodeid"] for test in second["tests"] if not test["proven"]}
+    assert ran == {dropped}
+    assert kept_references(cache) == [kept]
+    # Another test file is another content: its reference runs, traced, and is kept beside the first.
+    tests = root / "tests" / "focused" / "test_a1_counter.py"
+    tests.write_text(tests.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+    third = grade(folders[2])
+    assert all(test["proven"] for test in third["tests"])
+    assert len(kept_references(cache)) == 2

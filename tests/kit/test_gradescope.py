@@ -25,9 +25,9 @@ from packaging.utils import canonicalize_name
 from pi_course_kit import cli
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor import export
-from pi_course_kit.instructor.grade import bwrap, classroom
+from pi_course_kit.instructor.grade import bwrap, classroom, proof_plugin
 from pi_course_kit.instructor.grade.gradebook import LabScore, LearnerRecord, points_of
-from pi_course_kit.instructor.grade.gradescope import ROOT_ENV, validate
+from pi_course_kit.instructor.grade.gradescope import REFERENCES, ROOT_ENV, validate
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +105,60 @@ def test_a_complete_submission_scores_full_points(
         "passed" if not lab.optional else None for lab in checkpoint.labs
     ]
     assert all(t["visibility"] == "visible" and t["output"] for t in results["tests"])
+
+
+def kept(root: Path) -> dict[str, tuple[int, str]]:
+    """The runs setup.sh's `--prepare` kept under `root`: name -> (mtime in ns, its proof trace)."""
+    found = {}
+    for path in sorted((root / REFERENCES).glob("run-*.json")):
+        outputs = json.loads(path.read_text(encoding="utf-8")).get("outputs", {})
+        found[path.name] = (path.stat().st_mtime_ns, str(outputs.get(proof_plugin.PROOF_ENV, "")))
+    return found
+
+
+@pytest.mark.sandbox
+def test_setup_keeps_the_traced_reference_and_each_submission_reads_it_back(
+    bundle: Path, course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Does setup.sh's step keep the solution's traced run, and does each submission read it back (no run
+    kept anew, although run_autograder's variables differ from setup's), the solution still scoring every
+    required point and a wrong body losing some, as the kept proof decides?"""
+    root = autograder_root(bundle, tmp_path)
+    with zipfile.ZipFile(bundle) as archive:
+        setup = archive.read("setup.sh").decode()
+    assert f"--checkpoint {checkpoint.id} --root /autograder --prepare" in setup
+    env = {k: v for k, v in os.environ.items() if k not in ("PI_COURSE_LANG", ROOT_ENV)}
+    env.update({"PYTHONPATH": str(root / "source/kit"), "LC_ALL": "C", "TZ": "Europe/Paris"})
+    command = [sys.executable, "-m", "pi_course_kit.instructor.grade.gradescope"]
+    prepared = subprocess.run(
+        [*command, "--checkpoint", checkpoint.id, "--root", str(root), "--prepare"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+    before = kept(root)
+    assert len(before) == 1 and all(trace for _, trace in before.values())
+    package = course.package
+    shutil.copytree(course.root / checkpoint.solution / package, root / "submission" / package)
+    assert run_autograder(root)["score"] == sum(lab.points for lab in checkpoint.labs)
+    assert kept(root) == before
+    # A wrong body in a lab's function: the tests that enter it run, and fail.
+    counter = root / "submission" / package / "counter.py"
+    counter.write_text(counter.read_text(encoding="utf-8").replace("self.count += 1", "self.count += 2"))
+    full = sum(lab.points for lab in checkpoint.labs)
+    assert run_autograder(root)["score"] < full
+    # What decides is the kept trace: one that says each test entered nothing proves every test, the wrong
+    # body too. That is why it lives under /autograder, where no submission can write.
+    [name] = before
+    stored = json.loads((root / REFERENCES / name).read_text(encoding="utf-8"))
+    lines = [json.loads(line) for line in stored["outputs"][proof_plugin.PROOF_ENV].splitlines()]
+    blank = [{**line, "units": [], "files": []} for line in lines]
+    stored["outputs"][proof_plugin.PROOF_ENV] = "".join(json.dumps(line) + "\n" for line in blank)
+    (root / REFERENCES / name).write_text(json.dumps(stored), encoding="utf-8")
+    assert run_autograder(root)["score"] == full
 
 
 def test_the_bundle_s_requirements_are_pinned_to_exact_versions_with_what_they_need(

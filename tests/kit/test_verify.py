@@ -257,8 +257,48 @@ def test_the_content_key_covers_arguments_and_the_variables_a_run_reads(tmp_path
     assert runner.content_key(tree, ("--tb=no",), {**env, "PI_COURSE_LANG": "en"}) != key
     assert runner.content_key(tree, ("--tb=no",), {**env, "PI_COURSE_HYPOTHESIS": "learner"}) != key
     assert runner.content_key(tree, ("--tb=no",), {**env, "LC_ALL": "C"}) != key
+    # A run asked to write an output file (the grader's proof) is another run; where it writes is not read.
+    traced = runner.content_key(tree, ("--tb=no",), env, ("PI_COURSE_PROOF",))
+    assert traced != key
+    assert (
+        runner.content_key(tree, ("--tb=no",), {**env, "PI_COURSE_PROOF": "/tmp/p"}, ("PI_COURSE_PROOF",))
+        == traced
+    )
     (tree / "pkg/new.py").write_text("", encoding="utf-8")
     assert runner.content_key(tree, ("--tb=no",), env) != key
+
+
+#: A plugin whose hook writes each passed test's id to the file PI_COURSE_TRACE_OUT names, as the
+#: grader's proof plugin writes its trace.
+OUTPUT_PLUGIN = """
+import os
+
+
+def pytest_runtest_logreport(report):
+    out = os.environ.get("PI_COURSE_TRACE_OUT")
+    if out and report.when == "call" and report.passed:
+        with open(out, "a", encoding="utf-8") as handle:
+            handle.write(report.nodeid + "\\n")
+"""
+
+
+def test_a_runs_output_file_comes_back_and_is_kept_with_the_run(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Does the file a run's plugin writes come back with its records, and come back again, unrun, from
+    the store, while a run that was not asked for it neither writes nor finds it?"""
+    repo = copy_repo(course, tmp_path / "repo")
+    copied = manifest.load(repo / "course.toml")
+    cp, runs, name = copied.checkpoint(checkpoint.id), tmp_path / "runs", "PI_COURSE_TRACE_OUT"
+    (repo / cp.solution / "fx_course/trace_out.py").write_text(OUTPUT_PLUGIN, encoding="utf-8")
+    args = ("-p", "fx_course.trace_out")
+    first = promises.run_tree(copied, cp, cp.solution, args, runs=runs, outputs=(name,))
+    written = first.outputs[name].splitlines()
+    assert not first.reused and sorted(written) == sorted(t.nodeid for t in first.tests) != []
+    again = promises.run_tree(copied, cp, cp.solution, args, runs=runs, outputs=(name,))
+    assert again.reused and again.outputs == first.outputs
+    plain = promises.run_tree(copied, cp, cp.solution, args, runs=runs)
+    assert not plain.reused and plain.outputs == {}
 
 
 def test_a_notebook_progress_run_reads_back_verifys_run_of_the_same_content(

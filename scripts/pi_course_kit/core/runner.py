@@ -26,6 +26,8 @@ MYPY_CACHE_ENV = "PI_COURSE_MYPY_CACHE"
 #: A folder where whole runs are remembered by their content (`remembered`); set, the notebooks' test
 #: runs use it too (the kit's own suite sets it, so a notebook's progress cell reuses verify's run).
 RUN_CACHE_ENV = "PI_COURSE_RUN_CACHE"
+#: The folder of the kit's cache where its own trusted runs are kept (verify's, the grader's references).
+RUNS_FOLDER = "runs"
 
 
 @dataclass
@@ -38,6 +40,8 @@ class RunResult:
     timed_out: bool = False
     #: True when the result was read back from an earlier run of the same content (`run_tests(reuse=)`).
     reused: bool = False
+    #: The text of each file the run was asked to write (`run_tests(outputs=)`), by its variable's name.
+    outputs: dict[str, str] = field(default_factory=dict)
 
     @property
     def tests(self) -> list[TestRecord]:
@@ -114,13 +118,16 @@ def run_tests(
     command: Sequence[str] | None = None,
     launch: Launch = run_in_subprocess,
     reuse: Path | None = None,
+    outputs: Sequence[str] = (),
 ) -> RunResult:
     """Run pytest in `tree` in another process; never shares this interpreter's sys.modules.
 
     `command` replaces pytest's usual command line (and then always runs as a subprocess); `launch`
     chooses how pytest's own process is started. With `reuse` (a folder), a run of exactly the same
     content is read back from there instead of run again, and a run that may be reused is kept there
-    (see `content_key` and `remembered`).
+    (see `content_key` and `remembered`). Each name in `outputs` is an environment variable the run gets,
+    naming a scratch file for a plugin to write (the grader's proof); its text comes back in
+    `RunResult.outputs` and is kept with the run.
     """
     run_env = dict(os.environ if env is None else env)
     run_env.pop("PYTHONPATH", None)
@@ -128,22 +135,31 @@ def run_tests(
     run_env.setdefault(MYPY_CACHE_ENV, str(kit_cache() / "mypy"))
     stored = None
     if reuse is not None and command is None:
-        stored = reuse / f"run-{content_key(tree, args, run_env)}.json"
+        stored = reuse / f"run-{content_key(tree, args, run_env, outputs)}.json"
         if (earlier := _recall(stored)) is not None:
             return earlier
     with tempfile.TemporaryDirectory(prefix="pi-course-report-") as tmp:
         report = Path(tmp) / "report.jsonl"
         run_env[JSON_ENV] = str(report)
+        written = {name: Path(tmp) / f"output-{index}" for index, name in enumerate(outputs)}
+        run_env.update({name: str(path) for name, path in written.items()})
         if command is not None:
             returncode, output, timed_out = _run_command(command, tree, run_env, timeout)
         else:
             returncode, output, timed_out = launch(args, tree, run_env, timeout)
         lines = report.read_text(encoding="utf-8").splitlines() if report.exists() else []
+        kept = {
+            name: path.read_text(encoding="utf-8") if path.exists() else "" for name, path in written.items()
+        }
     result = RunResult(
-        returncode=returncode, output=output, report=RunReport.read(lines), timed_out=timed_out
+        returncode=returncode,
+        output=output,
+        report=RunReport.read(lines),
+        timed_out=timed_out,
+        outputs=kept,
     )
     if stored is not None and remembered(result):
-        record = {"returncode": returncode, "output": output, "lines": lines}
+        record = {"returncode": returncode, "output": output, "lines": lines, "outputs": kept}
         # A store that cannot be written (read-only, another user's) only means the run is not kept.
         with contextlib.suppress(OSError):
             stored.parent.mkdir(parents=True, exist_ok=True)
@@ -176,7 +192,7 @@ def run_tests(
 # a crash) is never remembered, so it runs again where it is next asked for.
 
 #: Bumped when what is stored, or what the key covers, changes.
-_CACHE_FORMAT = "1"
+_CACHE_FORMAT = "2"
 #: Folders of a tree that hold derived data (caches), never an input.
 _DERIVED = {"__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache"}
 #: Variables that name this run's own scratch files, or the notebook's tree choice (`notebook.tree`'s
@@ -199,14 +215,18 @@ def _interpreter() -> str:
     return hasher.hexdigest()
 
 
-def content_key(tree: Path, args: Sequence[str], env: Mapping[str, str]) -> str:
-    """A digest of everything a run of pytest in `tree` reads (see the comment above)."""
+def content_key(tree: Path, args: Sequence[str], env: Mapping[str, str], outputs: Sequence[str] = ()) -> str:
+    """A digest of everything a run of pytest in `tree` reads (see the comment above).
+
+    `outputs` names the variables that will point at the run's own scratch files: their names are read
+    (a plugin turns on when one is set), never their values.
+    """
     hasher = hashlib.sha256(f"{_CACHE_FORMAT}\0{_interpreter()}\0".encode())
-    hasher.update(json.dumps(list(args)).encode())
+    hasher.update(json.dumps([list(args), sorted(outputs)]).encode())
     chosen = {
         name: value
         for name, value in env.items()
-        if (name.startswith("PI_COURSE_") and name not in _PER_RUN)
+        if (name.startswith("PI_COURSE_") and name not in _PER_RUN and name not in outputs)
         or name.startswith("HYPOTHESIS")
         or name in _READ_ENV
     }
@@ -245,6 +265,7 @@ def _recall(path: Path) -> RunResult | None:
             output=str(data["output"]),
             report=RunReport.read([str(line) for line in data["lines"]]),
             reused=True,
+            outputs={str(name): str(text) for name, text in dict(data.get("outputs", {})).items()},
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -29,6 +29,8 @@ REQUIREMENTS = (
     "jsonschema>=4.21",
     "httpx>=0.27",
     "pyseccomp>=0.1.2; sys_platform == 'linux'",
+    "inotify_simple>=2; sys_platform == 'linux'",
+    "psutil>=5.9",
 )
 SKIP = ("__pycache__", ".pytest_cache", ".mypy_cache", ".hypothesis")
 
@@ -47,6 +49,14 @@ if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
 fi
 "$python" -m venv /autograder/venv
 /autograder/venv/bin/pip install --quiet -r /autograder/source/requirements.txt
+# The kit importable by the venv's own processes (the solution's traced run loads its proof plugin by
+# name); the sandbox's copy of the site leaves path files out, so a learner's run never sees it.
+site="$(/autograder/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo /autograder/source/kit > "$site/pi_course_kit.pth"
+# Run the solution once now, traced, and keep it: each submission then reads it back and runs only the
+# tests its changes reach. Should it fail here, every submission runs the solution itself, slower.
+PYTHONPATH=/autograder/source/kit /autograder/venv/bin/python -m pi_course_kit.instructor.grade.gradescope \
+    --checkpoint {checkpoint} --root /autograder --prepare || echo "setup: no kept reference; grading still works"
 """
 
 RUN_AUTOGRADER = """\
@@ -140,7 +150,7 @@ def write_gradescope(course: Course, checkpoint: Checkpoint, output: Path) -> in
 
     def write(tmp: Path) -> None:
         with zipfile.ZipFile(tmp, "w") as archive:
-            _add_text(archive, "setup.sh", SETUP, executable=True)
+            _add_text(archive, "setup.sh", SETUP.format(checkpoint=checkpoint.id), executable=True)
             _add_text(
                 archive, "run_autograder", RUN_AUTOGRADER.format(checkpoint=checkpoint.id), executable=True
             )

@@ -32,21 +32,25 @@ def run_tree(
     *,
     runs: Path | None = None,
     extra_env: Mapping[str, str] | None = None,
+    outputs: tuple[str, ...] = (),
 ) -> RunResult:
     """Run the focused tests against one of the repository's trees, staged in a temporary folder.
 
     With `runs` (a folder), a run of the same content is reused from there (`runner.run_tests`), and
-    the run speaks the course's language: the notebooks' kernels do, so that verify's run of a tree and
-    a notebook's progress cell on the same tree are one content, run once.
+    the run speaks the course's language unless `extra_env` names one: the notebooks' kernels do, so
+    that verify's run of a tree and a notebook's progress cell on the same tree are one content, run
+    once. `outputs` is passed on to `run_tests`.
     """
     env = None
     if runs is not None or extra_env:
         env = {**os.environ, **(extra_env or {})}
-        if runs is not None:
+        if runs is not None and LANG_ENV not in (extra_env or {}):
             env[LANG_ENV] = course.language
     with staged(course, checkpoint, course.root / tree) as folder:
         # Only the JSON records are read; drawing ~100 tracebacks would cost seconds.
-        return run_tests(folder, ("--tb=no", *args), env=env, launch=prewarmed.launch, reuse=runs)
+        return run_tests(
+            folder, ("--tb=no", *args), env=env, launch=prewarmed.launch, reuse=runs, outputs=outputs
+        )
 
 
 def _tests(result: RunResult) -> list[TestRecord]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pi_course_kit
+from pi_course_kit.core import runner
 from pi_course_kit.core.files import write_text_atomically
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import Checkpoint, Course
@@ -42,8 +43,9 @@ from pi_course_kit.instructor.mutate import (
 )
 from pi_course_kit.instructor.options import add_manifest_option, checkpoints, load_course
 
-#: The folder of the cache where whole-tree test runs are kept by content (`runner.run_tests(reuse=)`).
-RUNS_FOLDER = "runs"
+#: The folder of the cache where whole-tree test runs are kept by content (`runner.run_tests(reuse=)`);
+#: the grader keeps its references there too.
+RUNS_FOLDER = runner.RUNS_FOLDER
 CHECKS = ("sync", "parents", "mutations-static", "solution", "starter", "first-red", "mutations", "notebooks")
 
 

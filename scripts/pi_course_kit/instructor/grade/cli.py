@@ -20,9 +20,10 @@ from rich.cells import cell_len
 from pi_course_kit.core import manifest
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.i18n import _
-from pi_course_kit.core.locate import course_manifest
+from pi_course_kit.core.locate import course_manifest, kit_cache
 from pi_course_kit.core.manifest import Course
 from pi_course_kit.core.records import FolderMeta, clean
+from pi_course_kit.core.runner import RUNS_FOLDER
 from pi_course_kit.instructor.grade import (
     class_report,
     classroom,
@@ -170,9 +171,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help=_(
-            "skip in each learner's run the tests the batch's traced run of the solution proves: tests that "
-            "run none of the learner's changed code (default: for batches of 8 folders or more; "
-            "--no-proof runs every test)"
+            "skip in each learner's run the tests the traced run of the solution proves: tests that run "
+            "none of the learner's changed code (default: on; the traced run is kept in the kit's cache "
+            "by content, so only the first batch of a solution pays for it; --no-proof runs every test)"
         ),
     )
     add_manifest_option(parser)
@@ -411,6 +412,7 @@ def run(args: argparse.Namespace) -> int:
         unsafe=args.unsafe,
         fresh_sandboxes=args.fresh_sandbox,
         proof=args.proof,
+        keep=kit_cache() / RUNS_FOLDER,
     )
     if args.classroom is not None:
         classroom.use_starter_reference(grader, course, course.checkpoint(args.checkpoint))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pi_course_kit.core.errors import KitError
 from pi_course_kit.core.folder import META_PATH, migrate_meta
-from pi_course_kit.core.i18n import _
+from pi_course_kit.core.i18n import LANG_ENV, _
 from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
 from pi_course_kit.core.records import FolderMeta, RunReport, TestRecord, clean
 from pi_course_kit.core.runner import JSON_ENV, pytest_command
@@ -79,8 +79,10 @@ IMPORT_TIMEOUT_INI = "pi_course_import_timeout"  # the report plugin's ini key (
 #: The reference run of a checkpoint's solution is tried this many times more when it fails: a loaded
 #: machine can fail an honest run, and a failing reference must never reach a learner's score.
 REFERENCE_RETRIES = 2
-#: The smallest batch whose reference run is traced for the proof by default: tracing costs the batch about
-#: what eight learners of a late checkpoint save (benchmarks/README.md, "Grading 17 against 06").
+#: The smallest batch whose reference run is traced for the proof by default when no traced reference can
+#: be kept (`Grader(keep=None)`): tracing costs the batch about what eight learners of a late checkpoint
+#: save (benchmarks/README.md, "Grading 17 against 06"). A kept one is traced once per content and then
+#: serves every later batch, so with a store every batch gets the proof.
 PROOF_MIN_FOLDERS = 8
 HELD_PLUGIN = "pi_course_held"  # held_plugin.py as the kit folder holds it (slots.install)
 LAB_TIME_PLUGIN = "pi_course_lab_time"  # lab_time.py: one time-out per lab (issue #37)
@@ -184,13 +186,18 @@ class Grader:
         unsafe: bool = False,
         fresh_sandboxes: bool = False,
         proof: bool | None = None,
+        keep: Path | None = None,
     ) -> None:
         self.course, self.limits, self.jobs = course, limits, max(1, jobs)
+        #: Where trusted reference runs are kept by content (`runner.run_tests(reuse=)`): a later batch of
+        #: the same solution, tests, kit and interpreter reads its reference (and proof) back instead of
+        #: running it. Never with --unsafe, where learner code runs as the instructor and could write there.
+        self.keep = None if unsafe else keep
         self.checkpoint_override = checkpoint
         self.unsafe = unsafe
         self.fresh_sandboxes = fresh_sandboxes
         #: Whether a learner's run skips the tests the batch's reference proof vouches for (`proof`);
-        #: None: `prepare` decides by the batch's size (PROOF_MIN_FOLDERS).
+        #: None: `prepare` decides: on with a store (`keep`), else by the batch's size (PROOF_MIN_FOLDERS).
         self.proof_choice = proof
         self.use_proof = bool(proof)
         self.root = os.geteuid() == 0
@@ -308,7 +315,7 @@ class Grader:
         Raises ReferenceFailed (the batch stops) when one keeps failing; no learner has been run by then.
         """
         if self.proof_choice is None:
-            self.use_proof = len(folders) >= PROOF_MIN_FOLDERS
+            self.use_proof = self.keep is not None or len(folders) >= PROOF_MIN_FOLDERS
         wanted: dict[str, Checkpoint] = {}
         counts: dict[str, int] = {}
         for folder in folders:
@@ -328,18 +335,17 @@ class Grader:
         """Run the solution once (trusted, unsandboxed) to learn the pristine tests of each lab."""
         checkpoint = with_held_out(self.course, checkpoint)  # the public tests plus the held-out ones
         traced = self.use_proof and proof_plugin.loadable()
-        with tempfile.TemporaryDirectory(prefix="pi-course-proof-") as tmp:
-            lines = Path(tmp) / "proof.jsonl"
-            result = run_tree(
-                self.course,
-                checkpoint,
-                checkpoint.solution,
-                ("-p", proof_plugin.__name__) if traced else (),
-                extra_env={proof_plugin.PROOF_ENV: str(lines)} if traced else None,
-            )
-            traces = proof.read_traces(
-                lines.read_text(encoding="utf-8").splitlines() if lines.exists() else []
-            )
+        language = os.environ.get(LANG_ENV)
+        result = run_tree(
+            self.course,
+            checkpoint,
+            checkpoint.solution,
+            ("-p", proof_plugin.__name__) if traced else (),
+            runs=self.keep,
+            extra_env={LANG_ENV: language} if language else None,
+            outputs=(proof_plugin.PROOF_ENV,) if traced else (),
+        )
+        traces = proof.read_traces(result.outputs.get(proof_plugin.PROOF_ENV, "").splitlines())
         tests = result.report.tests
         failing = [t for t in tests if t.outcome != "passed"]
         if failing:

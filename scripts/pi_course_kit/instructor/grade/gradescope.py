@@ -33,6 +33,17 @@ if TYPE_CHECKING:  # the results JSON is built without the grader; only `grade` 
     from pi_course_kit.instructor.grade.grader import Limits
 
 ROOT_ENV = "PI_COURSE_AUTOGRADER_ROOT"
+#: Where setup.sh keeps the solution's traced reference run (`--prepare`), under the autograder root.
+REFERENCES = "references"
+#: The variables a kept run is keyed by (runner.content_key), set alike in setup.sh's run and in every
+#: submission's, whatever Gradescope's two steps inherit: otherwise the kept reference would never match.
+STEADY_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG": "C.UTF-8",
+    "TZ": "UTC",
+}
+#: Unset too: the launcher's own variables (run_autograder sets them, setup.sh does not; read before this).
+UNSET_ENV = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "PYTHONHASHSEED", ROOT_ENV, "PI_COURSE_PYTHON")
 VISIBILITY = ["hidden", "after_due_date", "after_published", "visible"]
 FORMATS = ["text", "html", "simple_format", "md", "ansi"]
 
@@ -254,7 +265,7 @@ def grade(root: Path, course: Course, checkpoint_id: str, limits: Limits) -> tup
             return not_graded(texts.no_package(course.package)), True
         from pi_course_kit.instructor.grade.grader import Grader
 
-        grader = Grader(course, limits, 1, checkpoint_id)
+        grader = Grader(course, limits, 1, checkpoint_id, keep=_kept(root))
         try:
             record = grader.grade_all([submission])[0]
         finally:
@@ -266,6 +277,24 @@ def grade(root: Path, course: Course, checkpoint_id: str, limits: Limits) -> tup
     return results_for(course, record), True
 
 
+def _kept(root: Path) -> Path | None:
+    """The folder of setup.sh's kept reference, when it kept one: the grader then reads it back and uses its
+    proof. Without one, nothing is traced (a submission graded alone would pay for it, and lose it)."""
+    folder = root / REFERENCES
+    return folder if any(folder.glob("run-*.json")) else None
+
+
+def prepare_reference(root: Path, course: Course, checkpoint_id: str, limits: Limits) -> None:
+    """Run the solution's reference once, traced, and keep it under `root` (setup.sh's `--prepare`)."""
+    from pi_course_kit.instructor.grade.grader import Grader
+
+    grader = Grader(course, limits, 1, checkpoint_id, proof=True, keep=root / REFERENCES)
+    try:
+        grader.reference(course.checkpoint(checkpoint_id))
+    finally:
+        grader.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Grade the submission and write results.json; exit 1 when the grading environment itself failed."""
     parser = argparse.ArgumentParser(prog="run_autograder", description=__doc__)
@@ -273,8 +302,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=Path(os.environ.get(ROOT_ENV, "/autograder")))
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--memory", type=int, default=1024, help="MiB")
+    parser.add_argument(
+        "--prepare",
+        action="store_true",
+        help="setup.sh: run and keep the solution's traced reference, grade nothing",
+    )
     args = parser.parse_args(argv)
     root: Path = args.root
+    os.environ.update(STEADY_ENV)
+    for name in UNSET_ENV:
+        os.environ.pop(name, None)
     from pi_course_kit.instructor.grade.grader import Limits, MiB
 
     limits = Limits(
@@ -283,6 +320,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu_seconds=max(1, int(args.timeout)),
         processes=64,
     )
+    if args.prepare:
+        try:
+            course = manifest.load(root / "source" / "course" / "course.toml")
+            prepare_reference(root, course, args.checkpoint, limits)
+        except (KitError, ManifestError) as error:
+            print(f"setup: the solution's reference was not kept: {error}", file=sys.stderr)
+            return 1
+        print(f"setup: kept the solution's traced reference in {root / REFERENCES}")
+        return 0
     try:
         course = manifest.load(root / "source" / "course" / "course.toml")
         results, worked = grade(root, course, args.checkpoint, limits)
