@@ -55,7 +55,7 @@ site="$(/autograder/venv/bin/python -c 'import sysconfig; print(sysconfig.get_pa
 echo /autograder/source/kit > "$site/pi_course_kit.pth"
 # Run the solution once now, traced, and keep it: each submission then reads it back and runs only the
 # tests its changes reach. Should it fail here, every submission runs the solution itself, slower.
-PYTHONPATH=/autograder/source/kit /autograder/venv/bin/python -m pi_course_kit.instructor.grade.gradescope \
+PYTHONPATH=/autograder/source/kit /autograder/venv/bin/python -m pi_course_kit.instructor.grade.gradescope \\
     --checkpoint {checkpoint} --root /autograder --prepare || echo "setup: no kept reference; grading still works"
 """
 
