@@ -567,6 +567,30 @@ def test_a_deferred_mcp_tool_is_found_with_tool_search_then_called_through_the_l
     assert KEY not in done.stdout + done.stderr
 
 
+def test_with_durable_a_servers_tools_are_declared_at_once_and_the_call_is_kept(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """At 19 with --durable and an --mcp file (its server deferred by default), are the server's tools in
+    the first request's list (the harness takes a fixed list, so nothing could load them later), is the
+    call made through the learner's client, and does the durable file keep its result, readable?"""
+    folder = solved(real_course, "19", tmp_path / "practice")
+    config = mcp_config(folder, words=words_server())
+    with serving(tool_reply(1, "mcp__words__word_count", {"text": "a b"}), text_reply("两个。")) as server:
+        done = run_pi(folder, ["--durable", "--mcp", config.name, "count a b"], env=live(server))
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "MCP server words: connected; tools: mcp__words__word_count" in done.stdout
+    assert "两个。" in done.stdout
+    first = declared(requests[0])
+    assert {"mcp__words__word_count", "mcp__words__has_variable"} <= first and "tool_search" not in first
+    results = [m["content"] for m in requests[-1].json()["messages"] if m["role"] == "tool"]
+    assert results == ["2"]
+    [file] = (folder / ".pi-course" / "sessions").glob("durable-*.json")
+    kept = json.dumps(json.loads(file.read_text(encoding="utf-8")), ensure_ascii=False)
+    assert "mcp__words__word_count" in kept and "两个。" in kept
+
+
 def test_a_direct_server_is_declared_at_once_and_one_that_cannot_start_is_one_line(
     real_course: Course, tmp_path: Path
 ) -> None:

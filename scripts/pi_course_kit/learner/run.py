@@ -379,13 +379,6 @@ def run(args: argparse.Namespace) -> int:
     for needed, flag in needs:
         if needed not in features:
             return _missing(course, checkpoint, own, needed, flag)
-    if args.mcp and args.durable and "durable" in features:  # without it, --durable alone is refused
-        raise KitError(
-            _(
-                "--mcp does not work with --durable yet: the durable harness takes its tools before any "
-                "MCP server has connected; leave out one of them"
-            )
-        )
     servers = mcp_servers(args.mcp) if args.mcp else []
     workspace = workspace_for(folder, args.workspace, str(table.get("workspace", "workspace")))
     session_file = session_for(folder, features, args)

@@ -169,12 +169,17 @@ class Driver:
             self.show(self.say("resources", root=root, names=names))
         return catalog
 
-    def mcp_runtime(self, registry: Any) -> Any:
+    def mcp_runtime(self, registry: Any, *, direct: bool = False) -> Any:
         """17: the learner's MCP runtime over the servers CONFIG names (the file `--mcp` gave), each started
         by the learner's stdio transport in the workspace; their tools join `registry` as they connect.
         From 15 the learner's tool_search joins it too when a server's tools are deferred (the default):
-        it is how the model loads them. None when there is no server (or no MCP client yet)."""
-        servers = self.config.get("mcp_servers") or []
+        it is how the model loads them. `direct` declares every server's tools at once (19's durable
+        harness takes a fixed list of tools, so nothing could load a deferred one). None when there is
+        no server (or no MCP client yet)."""
+        servers = [
+            {**server, "exposure": "direct"} if direct else server
+            for server in self.config.get("mcp_servers") or []
+        ]
         if not servers or "mcp" not in self.features:
             return None
         pc = self.pc
@@ -435,13 +440,29 @@ class Driver:
             except (ValueError, KeyError, TypeError) as error:
                 raise Stop(self.say("bad_session", file=file, error=error), 2) from None
         store.on_commit(lambda seq, writes: write_atomically(file, store.snapshot().to_dict()))
+        registry = self.tools()
+        mcp = self.mcp_runtime(registry, direct=True)
+        try:
+            if mcp is not None:
+                # The harness takes its tools when it opens: first the servers (the learner's own bounded
+                # wait of 17.5), so that their tools are in the registry by then.
+                await mcp.wait_for_direct_servers()
+                await self.show_servers(mcp)
+            await self.durable_turns(store, registry, prompts)
+        finally:
+            if mcp is not None:
+                await mcp.close()  # the servers' processes end with the run
+
+    async def durable_turns(self, store: Any, registry: Any, prompts: list[str] | None) -> None:
+        """The durable harness over the registry's tools: what an interrupted run left first, then each prompt."""
+        pc, file = self.pc, self.config["session_file"]
         # 19's harness parses a call's arguments, then hands the parsed value to 06's executor, which
         # parses again: fine for a dict schema, not for 08's edit, whose parse makes a dataclass.
         tools = [
             pc.DurableToolRegistration(
                 tool=tool, replay="safe" if tool.name in self.config["replay_safe"] else None
             )
-            for tool in map(parsed_once, self.tools().list())
+            for tool in map(parsed_once, registry.list())
         ]
         harness = await pc.DurableHarness.open(
             store=store, model=self.model_, create_id=lambda: uuid.uuid4().hex, tools=tools
