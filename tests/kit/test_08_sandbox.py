@@ -100,6 +100,9 @@ def escape(real_course: Course, tmp_path_factory: pytest.TempPathFactory) -> dic
                 "1",
                 "--timeout",
                 "240",
+                # The submission's coding_tools.py changes at module level, so the proof could skip
+                # nothing: tracing the solution's reference (kept only in this run's cache) would be waste.
+                "--no-proof",
                 "--course",
                 str(REPO),
             ]

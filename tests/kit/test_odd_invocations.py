@@ -415,15 +415,16 @@ def read_only(ws: Path, cwd: Path) -> list[str]:
     pytest.skip("cannot mount a read-only file system here (bubblewrap cannot run)")
 
 
-def wait_for_the_kit(pid: int, patience: float = 30.0) -> None:
+def wait_for_the_kit(process: subprocess.Popen[str], patience: float = 30.0) -> None:
     """Wait until the interpreter runs the kit (it has loaded `_json`, which the kit's first imports need).
 
     A Ctrl-C before that lands in Python's own start-up (site, .pth files), where no program can
-    catch it; the cases are about the kit's start-up, which begins here.
+    catch it; the cases are about the kit's start-up, which begins here. A process that has ended is
+    not waited for: its maps read empty until it is reaped (watch ends at once when its input is closed).
     """
-    maps = Path(f"/proc/{pid}/maps")
+    maps = Path(f"/proc/{process.pid}/maps")
     deadline = time.monotonic() + patience
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and process.poll() is None:
         try:
             if "_json" in maps.read_text(encoding="utf-8", errors="replace"):
                 return
@@ -468,7 +469,7 @@ def test_an_odd_invocation_ends_in_one_line_without_a_traceback(
             text=True,
         )
         if case.mode == "sigint":
-            wait_for_the_kit(process.pid)
+            wait_for_the_kit(process)
             time.sleep(case.delay)  # the moment of the Ctrl-C is what this case is about
             process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=120)
