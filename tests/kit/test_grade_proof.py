@@ -455,7 +455,11 @@ def kept_references(cache: Path) -> list[Path]:
 
 @pytest.mark.sandbox
 def test_a_batch_of_one_gets_the_proof_from_the_reference_kept_by_content(
-    course: Course, child: Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    course: Course,
+    child: Checkpoint,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Graded alone, does a complete folder get the proof, its traced reference kept in the kit's cache;
     does the next batch read that reference back instead of running it (a trace edited in the store is
@@ -470,9 +474,14 @@ def test_a_batch_of_one_gets_the_proof_from_the_reference_kept_by_content(
         folders.append(practice.create(copied, copied.checkpoint(child.id), tmp_path / name))
         solve(copied, copied.checkpoint(child.id), folders[-1])
 
-    def grade(folder: Path) -> dict[str, Any]:
+    def grade(folder: Path, note: str) -> dict[str, Any]:
         out = tmp_path / f"{folder.name}.jsonl"
+        capsys.readouterr()
         assert cli.main(["grade", str(folder), "--json", str(out), "--jobs", "1", "--course", str(root)]) == 0
+        # The header says where the proof came from.
+        assert f"reference proof: the tests the solution's traced run proves are skipped; {note}" in (
+            capsys.readouterr().out
+        )
         records: list[dict[str, Any]] = [
             json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()
         ]
@@ -480,7 +489,7 @@ def test_a_batch_of_one_gets_the_proof_from_the_reference_kept_by_content(
         assert record["status"] == "complete"
         return record
 
-    first = grade(folders[0])
+    first = grade(folders[0], "that run is kept for later batches")
     assert first["tests"] and all(test["proven"] for test in first["tests"])
     [kept] = kept_references(cache)
     # Drop one test's trace from the kept reference: a batch that reads it back must run that test.
@@ -489,13 +498,13 @@ def test_a_batch_of_one_gets_the_proof_from_the_reference_kept_by_content(
     dropped = json.loads(lines[0])["nodeid"]
     stored["outputs"][proof_plugin.PROOF_ENV] = "\n".join(lines[1:]) + "\n"
     kept.write_text(json.dumps(stored), encoding="utf-8")
-    second = grade(folders[1])
+    second = grade(folders[1], "that run was kept from an earlier batch")
     ran = {test["nodeid"] for test in second["tests"] if not test["proven"]}
     assert ran == {dropped}
     assert kept_references(cache) == [kept]
     # Another test file is another content: its reference runs, traced, and is kept beside the first.
     tests = root / "tests" / "focused" / "test_a1_counter.py"
     tests.write_text(tests.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
-    third = grade(folders[2])
+    third = grade(folders[2], "that run is kept for later batches")
     assert all(test["proven"] for test in third["tests"])
     assert len(kept_references(cache)) == 2

@@ -442,6 +442,7 @@ def run(args: argparse.Namespace) -> int:
                 count=len(pairs), shard=shard, jobs=args.jobs, sandbox=grader.probe_message
             )
         )
+        print(_("reference proof: {note}").format(note=grader.proof_note()))
         name_width = max(name_width, cell_len(_("learner")))
         print(
             f"{_pad(_('learner'), name_width)}  {_pad(_('status'), 13)}  {_pad(_('points'), 9, right=True)}  "

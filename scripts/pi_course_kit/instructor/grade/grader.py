@@ -164,6 +164,8 @@ class Reference:
     #: What each test of the trusted run entered (`proof`): the tests a learner's run need not repeat.
     #: None for a reference learned elsewhere (Classroom's starter reference): every test then runs.
     proof: proof.Proof | None = None
+    #: True when the trusted run was read back from the store (`Grader.keep`), not run for this batch.
+    kept: bool = False
 
     def total(self, lab_id: str) -> int:
         """How many pristine tests the lab has."""
@@ -331,6 +333,17 @@ class Grader:
         for checkpoint in wanted.values():
             self.reference(checkpoint)
 
+    def proof_note(self) -> str:
+        """How this batch's learners are proven, for the instructor's header line (after `prepare`)."""
+        references = list(self.references.values())
+        if not self.use_proof or not any(reference.proof for reference in references):
+            return _("every test runs")
+        if all(reference.kept for reference in references):
+            return _(
+                "the tests the solution's traced run proves are skipped; that run was kept from an earlier batch"
+            )
+        return _("the tests the solution's traced run proves are skipped; that run is kept for later batches")
+
     def _learn(self, checkpoint: Checkpoint) -> Reference | _Failure:
         """Run the solution once (trusted, unsandboxed) to learn the pristine tests of each lab."""
         checkpoint = with_held_out(self.course, checkpoint)  # the public tests plus the held-out ones
@@ -364,7 +377,7 @@ class Grader:
             shape = proof.PackageShape.read(self.course.root / checkpoint.solution / self.course.package)
             passed = {node: trace for node, trace in traces.items() if node in labs_of}
             found = proof.Proof(shape, passed) if shape is not None else None
-        return Reference(checkpoint, labs_of, files, proof=found)
+        return Reference(checkpoint, labs_of, files, proof=found, kept=result.reused)
 
     def _disguise(self, reference: Reference) -> Batch:
         """This batch's secret disguise of the checkpoint's focused test modules, compiled once."""
