@@ -143,19 +143,71 @@ def mypy_cache_options() -> list[str]:
     return ["--no-incremental", f"--cache-dir={os.devnull}"]
 
 
-def mypy_report() -> MypyReport:
-    """Run mypy once per version of the learner's package on a copy holding events.py and the probe."""
+def _imported(path: Path, package: Path) -> set[Path]:
+    """The files of `package` that the module at `path` imports, relatively or by the package's name."""
+    here = path.relative_to(package).with_suffix("").parts[:-1]  # the module's own package
+    wanted: list[tuple[str, ...]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (
+            node.level or (node.module or "").split(".")[0] == package.name
+        ):
+            if node.level:
+                base = here[: len(here) - node.level + 1]
+                module = tuple(node.module.split(".")) if node.module else ()
+            else:
+                base, module = (), tuple((node.module or "").split(".")[1:])
+            wanted += [base + module, *(base + module + (alias.name,) for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            wanted += [
+                tuple(a.name.split(".")[1:]) for a in node.names if a.name.split(".")[0] == package.name
+            ]
+    found = set()
+    for parts in wanted:
+        for candidate in (
+            package.joinpath(*parts, "__init__.py"),
+            package.joinpath(*parts[:-1], f"{parts[-1]}.py") if parts else None,
+        ):
+            if candidate is not None and candidate.is_file():
+                found.add(candidate)
+    return found
+
+
+def checked_files() -> dict[str, Path]:
+    """events.py and every file of the package it imports, followed through theirs: what mypy must read
+    to check events.py (path inside the package -> file).
+
+    Only these are copied for mypy, not the whole package: no other file can change what mypy says about
+    events.py, and a check that reads only them depends only on them (a whole copy made every file of
+    a late checkpoint an input of this lab's test).
+    """
     package = events_source().parents[1]
+    todo, seen = [events_source()], set()
+    while todo:
+        path = todo.pop()
+        if path not in seen:
+            seen.add(path)
+            todo += sorted(_imported(path, package))
+    return {path.relative_to(package).as_posix(): path for path in sorted(seen)}
+
+
+def mypy_report() -> MypyReport:
+    """Run mypy once per version of the files it reads, on a copy holding them and the probe."""
+    files = checked_files()
+    package_name = events_source().parents[1].name
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    for relative, path in files.items():
+        digest.update(relative.encode() + b"\0" + path.read_bytes())
     key = digest.hexdigest()
     if key in _mypy_runs:
         return _mypy_runs[key]
     assert importlib.util.find_spec("mypy") is not None, "mypy is not installed; `pip install mypy`"
     with tempfile.TemporaryDirectory(prefix="pi-course-mypy-") as tmp:
-        copy = Path(tmp) / package.name
-        shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        copy = Path(tmp) / package_name
+        for relative, path in files.items():
+            (copy / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, copy / relative)
+        for folder in (copy, *(f for f in copy.rglob("*") if f.is_dir())):
+            (folder / "__init__.py").touch()  # a package it does not import is an empty one to mypy
         probe_source = with_extra_variant((copy / "survival" / "events.py").read_text(encoding="utf-8"))
         (copy / "survival" / "events_probe.py").write_text(probe_source, encoding="utf-8")
         # MYPYPATH would add folders to the check; the interpreter's own path (PYTHONPATH included) stays.
@@ -171,8 +223,8 @@ def mypy_report() -> MypyReport:
                 "--hide-error-context",
                 "--no-color-output",
                 "--no-pretty",
-                f"{package.name}/survival/events.py",
-                f"{package.name}/survival/events_probe.py",
+                f"{package_name}/survival/events.py",
+                f"{package_name}/survival/events_probe.py",
             ],
             cwd=tmp,
             env=env,
