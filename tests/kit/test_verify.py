@@ -268,6 +268,24 @@ def test_the_content_key_covers_arguments_and_the_variables_a_run_reads(tmp_path
     assert runner.content_key(tree, ("--tb=no",), env) != key
 
 
+def test_the_content_key_covers_the_file_of_a_plugin_loaded_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin named with `-p` is code the run reads from outside its tree: does editing its file change
+    the key (an editable kit's proof plugin), while `-p no:NAME` reads nothing?"""
+    tree, plugins = tmp_path / "tree", tmp_path / "plugins"
+    tree.mkdir()
+    plugins.mkdir()
+    (plugins / "kit_plugin_probe.py").write_text("X = 1\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(plugins))
+    forms = [("-p", "kit_plugin_probe"), ("-pkit_plugin_probe",), ("-p", "no:kit_plugin_probe")]
+    before = [runner.content_key(tree, args, {}) for args in forms]
+    (plugins / "kit_plugin_probe.py").write_text("X = 2\n", encoding="utf-8")
+    after = [runner.content_key(tree, args, {}) for args in forms]
+    assert after[0] != before[0] and after[1] != before[1]
+    assert after[2] == before[2]
+
+
 #: A plugin whose hook writes each passed test's id to the file PI_COURSE_TRACE_OUT names, as the
 #: grader's proof plugin writes its trace.
 OUTPUT_PLUGIN = """

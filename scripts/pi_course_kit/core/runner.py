@@ -231,6 +231,13 @@ def content_key(tree: Path, args: Sequence[str], env: Mapping[str, str], outputs
         or name in _READ_ENV
     }
     hasher.update(json.dumps(chosen, sort_keys=True).encode())
+    # A plugin loaded by name (`-p module`, the grader's proof plugin) is code the run reads from outside
+    # the tree: its file is part of the key, so an edited plugin (an editable kit) never reads back a
+    # run it did not make.
+    for plugin in _named_plugins(args):
+        hasher.update(b"\0plugin\0" + plugin.encode())
+        source = _plugin_file(plugin)
+        hasher.update(hashlib.sha256(source.read_bytes()).digest() if source is not None else b"-")
     files = sorted(
         path
         for path in tree.rglob("*")
@@ -240,6 +247,34 @@ def content_key(tree: Path, args: Sequence[str], env: Mapping[str, str], outputs
         hasher.update(b"\0" + path.relative_to(tree).as_posix().encode() + b"\0")
         hasher.update(hashlib.sha256(path.read_bytes()).digest())
     return hasher.hexdigest()[:32]
+
+
+def _named_plugins(args: Sequence[str]) -> list[str]:
+    """The modules `-p NAME` (or `-pNAME`) loads; `no:` names switch a plugin off and load nothing."""
+    found = []
+    for index, arg in enumerate(args):
+        name = (
+            args[index + 1]
+            if arg == "-p" and index + 1 < len(args)
+            else arg[2:]
+            if arg.startswith("-p")
+            else ""
+        )
+        if name and not name.startswith("no:"):
+            found.append(name)
+    return found
+
+
+def _plugin_file(name: str) -> Path | None:
+    """The file a plugin module is loaded from, or None when it is not a file this interpreter finds."""
+    import importlib.util  # only where runs are kept
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    origin = spec.origin if spec is not None else None
+    return Path(origin) if origin and Path(origin).is_file() else None
 
 
 def remembered(result: RunResult) -> bool:
