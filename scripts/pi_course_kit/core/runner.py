@@ -251,15 +251,11 @@ def content_key(tree: Path, args: Sequence[str], env: Mapping[str, str], outputs
 
 def _named_plugins(args: Sequence[str]) -> list[str]:
     """The modules `-p NAME` (or `-pNAME`) loads; `no:` names switch a plugin off and load nothing."""
-    found = []
-    for index, arg in enumerate(args):
-        name = (
-            args[index + 1]
-            if arg == "-p" and index + 1 < len(args)
-            else arg[2:]
-            if arg.startswith("-p")
-            else ""
-        )
+    found, rest = [], iter(args)
+    for arg in rest:
+        if not arg.startswith("-p"):
+            continue
+        name = next(rest, "") if arg == "-p" else arg[2:]
         if name and not name.startswith("no:"):
             found.append(name)
     return found
