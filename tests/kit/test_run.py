@@ -882,3 +882,106 @@ def test_from_13_the_workspaces_resources_join_the_system_through_the_learners_c
     assert broken.returncode == 2
     line = assert_one_line(broken.stderr)
     assert line.startswith("the resources in ") and "cannot be read: " in line
+
+
+# -- virtual models from 18: several models behind the learner's catalog, routed by their request hook ---
+
+TWO_MODELS = "fast-v1,smart-v1"
+
+
+def session_entries(file: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def dispatch_lines(stdout: str) -> list[str]:
+    return [line.removeprefix("→ dispatched to ") for line in stdout.splitlines() if line.startswith("→ ")]
+
+
+@pytest.mark.parametrize("checkpoint_id", ["18", "19"])
+def test_from_18_a_virtual_model_routes_each_request_and_the_branch_keeps_selection_dispatch_and_state(
+    real_course: Course, tmp_path: Path, checkpoint_id: str
+) -> None:
+    """With --model fast-v1,smart-v1, does each request go to the model the virtual model auto picks in
+    turn, through the learner's own hook, with the selection, each reply's dispatch and the router's state
+    on the session branch, so that --resume routes on from the stored count and --select changes it?"""
+    folder = solved(real_course, checkpoint_id, tmp_path / "practice")
+    replies = [
+        tool_reply(1, "write", {"path": "a.txt", "content": "一"}),
+        text_reply("写好了。"),
+        text_reply("还是一。"),
+        text_reply("换成了 smart。"),
+    ]
+    with serving(*replies) as server:
+        env = {**live(server), "OPENAI_COMPATIBLE_MODEL": TWO_MODELS}
+        first = run_pi(folder, ["--yes", "写 a.txt"], env=env)
+        [file] = (folder / ".pi-course" / "sessions").glob("*.jsonl")
+        after_first = session_entries(file)
+        second = run_pi(folder, ["--resume", str(file), "再说一遍"], env=env)
+        third = run_pi(folder, ["--resume", str(file), "--select", "smart-v1", "换一个"], env=env)
+        requests = list(server.requests)
+    assert [done.returncode for done in (first, second, third)] == [0, 0, 0], first.stderr + second.stderr
+    # The provider only ever sees physical models: auto's turns, then the physical selection.
+    assert [request.json()["model"] for request in requests] == ["fast-v1", "smart-v1", "fast-v1", "smart-v1"]
+    entries = session_entries(file)
+    assert entries[: len(after_first)] == after_first  # resuming only appends
+    metadata = [(entry["key"], entry["value"]) for entry in entries if entry["type"] == "metadata"]
+    state = [("virtual_model_state", {"modelId": "auto", "state": {"count": n}}) for n in (1, 2, 3)]
+    assert metadata == [
+        ("model_change", {"modelId": "auto"}),
+        *state,
+        ("model_change", {"modelId": "smart-v1"}),
+    ]
+    # The selection is the session's first entry; each turn's state follows its messages.
+    assert entries[0]["type"] == "metadata" and entries[0]["parentId"] is None
+    assert after_first[-1]["value"] == state[1][1] and after_first[-2]["value"] == state[0][1]
+    replies_sent = [
+        e["message"]["model"]
+        for e in entries
+        if e["type"] == "message" and e["message"]["role"] == "assistant"
+    ]
+    assert replies_sent == ["fast-v1", "smart-v1", "fast-v1", "smart-v1"]
+    assert dispatch_lines(first.stdout) == ["fast-v1", "smart-v1"]
+    assert dispatch_lines(second.stdout) == ["fast-v1"] and dispatch_lines(third.stdout) == ["smart-v1"]
+    assert "selected auto" in first.stdout and "selected" not in second.stdout
+    assert "selected smart-v1" in third.stdout
+    assert KEY not in file.read_text(encoding="utf-8")
+
+
+def test_offline_at_18_the_recording_is_routed_between_two_model_names(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """Offline at 18, does the recorded session show the virtual model sending its requests in turn?"""
+    folder = solved(real_course, "18", tmp_path / "practice")
+    done = run_pi(folder, ["--yes"])
+    assert done.returncode == 0, done.stderr
+    assert "offline" in done.stderr and "selected auto" in done.stdout
+    assert dispatch_lines(done.stdout) == ["fast-v1", "smart-v1", "fast-v1", "smart-v1", "fast-v1"]
+    assert (folder / "workspace" / "greet.py").read_text(encoding="utf-8") == 'print("你好")\n'
+
+
+@pytest.mark.parametrize(
+    ("checkpoint_id", "args", "says"),
+    [
+        ("17", ["--model", TWO_MODELS], "needs a catalog of models"),
+        ("17", ["--select", "auto"], "needs a catalog of models"),
+        ("18", ["--model", TWO_MODELS, "--select", "slow-v1"], "choose one of fast-v1, smart-v1, auto"),
+        ("18", ["--model", "fast-v1,,smart-v1"], "an empty name between its commas"),
+        ("18", ["--model", "fast-v1,fast-v1"], "names fast-v1 more than once"),
+        ("18", ["--model", "auto,smart-v1"], "the virtual model's id here"),
+        ("19", ["--durable", "--model", TWO_MODELS], "--durable asks one model for every request"),
+    ],
+)
+def test_a_model_list_the_checkpoint_cannot_route_is_one_line(
+    real_course: Course, tmp_path: Path, checkpoint_id: str, args: list[str], says: str
+) -> None:
+    """Several models before 18, a selection that is not among them, a malformed list, or several models
+    for the durable harness: is each one line saying what to change, before any request is made?"""
+    folder = make_folder(real_course, real_course.checkpoint(checkpoint_id), tmp_path / "practice")
+    with serving() as server:
+        done = run_pi(folder, [*args, "hi"], env=live(server))
+        requests = list(server.requests)
+    assert done.returncode == 2 and requests == []
+    line = assert_one_line(done.stderr)
+    assert says in line
+    if checkpoint_id == "17":
+        assert "checkpoint 18" in line and "--from ." in line

@@ -10,6 +10,7 @@ recorded session (`[run]` in course.toml) through the learner's own transport an
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -19,6 +20,7 @@ import tempfile
 import tomllib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,7 @@ FEATURES = {
     "tool_search": "tool_search, which loads deferred tools when the model asks",
     "codemode": "codemode, which runs the model's scripts over the tools",
     "mcp": "an MCP client, to start the servers a config file lists",
+    "virtual_models": "a catalog of models and a virtual model that routes between them",
 }
 #: The default token budget of one model request (--context-tokens), and the least one that leaves room.
 CONTEXT_TOKENS, LEAST_CONTEXT_TOKENS = 128_000, 200
@@ -60,7 +63,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--base-url", help=_("the OpenAI-compatible base URL (default: ${env})").format(env=BASE_URL_ENV)
     )
-    parser.add_argument("--model", help=_("the model's name (default: ${env})").format(env=MODEL_ENV))
+    parser.add_argument(
+        "--model",
+        help=_(
+            "the model's name (default: ${env}); from the virtual models on, several names separated by "
+            "commas, between which a virtual model routes"
+        ).format(env=MODEL_ENV),
+    )
+    parser.add_argument(
+        "--select",
+        metavar="ID",
+        help=_(
+            "put a model_change selecting ID on the session's branch: one of the --model names, or the "
+            "virtual model (from the virtual models on)"
+        ),
+    )
     parser.add_argument(
         "--api-key-env",
         default=API_KEY_ENV,
@@ -213,6 +230,10 @@ def driver_messages() -> dict[str, str]:
         "bad_resources": _("the resources in {root} cannot be read: {error}"),
         "steered": _("steering: {text} (the model reads it once the tools running now are done)"),
         "compacted": _("compacted: {count} earlier messages became a summary in the session file"),
+        "selected": _(
+            "selected {model}: a model_change on the session's branch; each reply says where it went"
+        ),
+        "dispatched": _("→ dispatched to {model}"),
         "not_compacted": _(
             "not compacted: the model's summary was not the JSON asked for; "
             "this turn keeps what fits the budget"
@@ -300,11 +321,33 @@ def offline_kind(features: Sequence[str]) -> str:
     return "coding" if "tools" in features else "chat"
 
 
-@contextmanager
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the run's requests go: a live server, or the local replay server when offline."""
+
+    base_url: str
+    #: The names the model requests carry: one, or from the virtual models on, several.
+    models: list[str]
+    #: The driver's extra environment: the API key under the variable the run names.
+    secret_env: dict[str, str]
+    offline: bool
+
+
+def model_names(value: str) -> list[str]:
+    """The names of `--model` (or its variable): one, or several separated by commas, each once."""
+    names = [name.strip() for name in value.split(",")]
+    if not all(names):
+        raise KitError(_("--model {value!r} has an empty name between its commas").format(value=value))
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise KitError(_("--model names {names} more than once").format(names=", ".join(twice)))
+    return names
+
+
 def endpoint(
     args: argparse.Namespace, folder: PracticeFolder, table: dict[str, Any], features: Sequence[str]
-) -> Iterator[tuple[str, str, dict[str, str]]]:
-    """(base URL, model, the child's extra environment) for a live endpoint, or a replay server offline."""
+) -> Endpoint:
+    """A live endpoint from the flags, the environment and .env; offline (no base URL yet) without one."""
     dotenv = read_dotenv(folder.root / ".env")
 
     def setting(flag: str | None, name: str) -> str:
@@ -326,7 +369,19 @@ def endpoint(
                     "no API key in {env}: set it in the environment or .env, or name another variable with --api-key-env"
                 ).format(env=args.api_key_env)
             )
-        yield base_url, model, {args.api_key_env: key}
+        return Endpoint(base_url, model_names(model), {args.api_key_env: key}, offline=False)
+    # Offline from the virtual models on, the recording plays under several names, so that the routing
+    # shows (the durable harness asks one model).
+    several = "virtual_models" in features and not args.durable
+    names = [str(name) for name in table.get("offline_models", ())] if several else []
+    return Endpoint("", names or ["recorded"], {args.api_key_env: "offline"}, offline=True)
+
+
+@contextmanager
+def served(chosen: Endpoint, table: dict[str, Any], features: Sequence[str]) -> Iterator[Endpoint]:
+    """The endpoint itself when live; offline, with the base URL of a replay server that runs for the block."""
+    if not chosen.offline:
+        yield chosen
         return
     recording = table.get(f"offline_{offline_kind(features)}", [])
     with run_server.replaying(list(run_server.recorded_replies(recording))) as server:
@@ -338,7 +393,7 @@ def endpoint(
             file=sys.stderr,
             flush=True,
         )
-        yield server.base_url, "recorded", {args.api_key_env: "offline"}
+        yield dataclasses.replace(chosen, base_url=server.base_url)
 
 
 def _missing(
@@ -376,16 +431,21 @@ def run(args: argparse.Namespace) -> int:
         needs.append(("mcp", " --mcp"))
     if args.context_tokens is not None:
         needs.append(("compaction", " --context-tokens"))
+    if args.select is not None:
+        needs.append(("virtual_models", " --select"))
     for needed, flag in needs:
         if needed not in features:
             return _missing(course, checkpoint, own, needed, flag)
     servers = mcp_servers(args.mcp) if args.mcp else []
     workspace = workspace_for(folder, args.workspace, str(table.get("workspace", "workspace")))
     session_file = session_for(folder, features, args)
-    with endpoint(args, folder, table, features) as (base_url, model, secret_env):
-        offline = model == "recorded" and secret_env.get(args.api_key_env) == "offline"
+    chosen = endpoint(args, folder, table, features)
+    if len(chosen.models) > 1 and "virtual_models" not in features:
+        return _missing(course, checkpoint, own, "virtual_models", " --model A,B")
+    virtual = routed_models(table, chosen.models, args)
+    with served(chosen, table, features) as chosen:
         # rpc reads its requests from stdin; otherwise offline with no prompt asks the recorded one.
-        recorded = offline and args.mode != "rpc" and not args.prompt
+        recorded = chosen.offline and args.mode != "rpc" and not args.prompt
         prompts = (
             [str(table.get(f"offline_{offline_kind(features)}_prompt", ""))]
             if recorded
@@ -395,8 +455,11 @@ def run(args: argparse.Namespace) -> int:
             "package": course.package,
             "folder": str(folder.root),
             "features": features,
-            "base_url": base_url,
-            "model": model,
+            "base_url": chosen.base_url,
+            "model": ", ".join(chosen.models),
+            "models": chosen.models,
+            "virtual_model": virtual,
+            "select": args.select,
             "api_key_env": args.api_key_env,
             "workspace": str(workspace),
             "ask": list(table.get("ask", ())),
@@ -416,7 +479,30 @@ def run(args: argparse.Namespace) -> int:
             "markers": {lab.id: lab.marker for lab in checkpoint.tree_labs},
             "messages": driver_messages(),
         }
-        return launch(folder.root, config, secret_env)
+        return launch(folder.root, config, chosen.secret_env)
+
+
+def routed_models(table: dict[str, Any], models: list[str], args: argparse.Namespace) -> str | None:
+    """The virtual model that routes between several models (None for one), once `--select` is checked."""
+    virtual = str(table.get("virtual_model", "auto")) if len(models) > 1 else None
+    if args.durable and (virtual is not None or args.select is not None):
+        raise KitError(
+            _("--durable asks one model for every request: name one with --model, and no --select")
+        )
+    if virtual in models:
+        raise KitError(
+            _("--model names {id}, which is the virtual model's id here: rename that model").format(
+                id=virtual
+            )
+        )
+    choices = [*models, *([virtual] if virtual else [])]
+    if args.select is not None and args.select not in choices:
+        raise KitError(
+            _("--select {id} is not a model of this run: choose one of {choices}").format(
+                id=args.select, choices=", ".join(choices)
+            )
+        )
+    return virtual
 
 
 def launch(root: Path, config: dict[str, Any], secret_env: dict[str, str]) -> int:

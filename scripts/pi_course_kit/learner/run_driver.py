@@ -4,7 +4,8 @@ This file is run as a script by the practice folder's interpreter (`python -P ru
 the folder first on `sys.path`: it imports the learner's package and nothing of the kit, since the kit
 process never imports a course package. It uses only what its checkpoint has, as the kit tells it in
 CONFIG (a JSON file): `features` is the lineage's list from course.toml ("chat", "tools", "agent",
-"session", "compaction", "runtime", "tool_search", "codemode", "mcp", "durable"). Every line a learner
+"session", "compaction", "runtime", "tool_search", "codemode", "mcp", "virtual_models", "durable"). Every
+line a learner
 reads comes translated in CONFIG's `messages`; the API key is read from the environment variable CONFIG
 names and goes nowhere but the learner's transport (it leaves the environment before any tool or MCP
 server starts).
@@ -62,6 +63,8 @@ class Driver:
         self.abort: Callable[[], None] = lambda: None
         self.running = False  # a prompt is being answered (Ctrl-C aborts it, else ends the run)
         self.model_: Any = None
+        self.models_: dict[str, Any] = {}  # every model named, by name (one, or from 18 several)
+        self.routing = False  # from 18: requests go through the learner's catalog and request hook
         # Typed at a terminal while an answer runs, a line steers it (`steered`); piped lines are prompts.
         self.interactive = config["prompts"] is None and self.text_mode and sys.stdin.isatty()
         self.pending: asyncio.Future[str] | None = None  # the one read of stdin in progress
@@ -107,12 +110,32 @@ class Driver:
     # -- the pieces the checkpoint has ----------------------------------------------------------------
 
     def model(self) -> Any:
+        """The first model named; every one of them is in `models_`, over one transport."""
         # Taken out of the environment: the bash tool's commands (and so the model) must not see it.
         key = os.environ.pop(self.config["api_key_env"], "")
         transport = self.pc.create_openai_compatible_transport(base_url=self.config["base_url"], api_key=key)
-        return self.pc.create_openai_compatible_model(
-            provider="openai-compatible", model=self.config["model"], transport=transport
-        )
+        for name in self.config["models"]:
+            self.models_[name] = self.pc.create_openai_compatible_model(
+                provider="openai-compatible", model=name, transport=transport
+            )
+        return self.models_[self.config["models"][0]]
+
+    def catalog(self) -> Any:
+        """18: the models named, as physical models of the learner's catalog, and the virtual one."""
+        catalog = self.pc.ModelCatalog()
+        for name, model in self.models_.items():
+            catalog.register_physical(name, model)
+        if self.config["virtual_model"]:
+            catalog.register_virtual(self.pc.VirtualModel(id=self.config["virtual_model"], route=self.route))
+        return catalog
+
+    def route(self, request: Any) -> Any:
+        """The virtual model's rule: the models in turn, counting requests in the state on the branch."""
+        state = request.state if isinstance(request.state, dict) else {}
+        done = state.get("count")
+        count = (done if isinstance(done, int) and done >= 0 else 0) + 1
+        names = self.config["models"]
+        return self.pc.ModelRoute(model=names[(count - 1) % len(names)], state={"count": count})
 
     def tools(self) -> Any:
         """The coding tools in the workspace; the ones CONFIG's `ask` names ask before they run."""
@@ -218,6 +241,9 @@ class Driver:
     def on_loop_event(self, event: Any) -> None:
         """Show one event of the loop: streamed text, each tool call and its result's first line."""
         kind = getattr(event, "type", "")
+        if kind == "assistant_message" and self.routing:
+            # The dispatch, as the learner's loop recorded it on the reply: never a virtual model.
+            self.show(self.say("dispatched", model=event.message.model))
         if kind == "model_event" and getattr(event.event, "type", "") == "text_delta":
             if self.text_mode and "runtime" not in self.features:
                 self.show(event.event.delta, end="")
@@ -527,7 +553,18 @@ class Driver:
         resources = await self.resources()
         mcp = self.mcp_runtime(registry)
         # 17's Runtime asks its section providers before every prompt: the servers' list joins the system.
-        providers = {"section_providers": [mcp]} if mcp is not None else {}
+        providers: dict[str, Any] = {"section_providers": [mcp]} if mcp is not None else {}
+        virtual, select = self.config["virtual_model"], self.config["select"]
+        self.routing = "virtual_models" in self.features and (virtual is not None or select is not None)
+        catalog = None
+        if self.routing:
+            # 18: the learner's hook reads the selection off the branch and asks their catalog before
+            # every request; with no model_change on the branch, the virtual model (or the one model).
+            catalog = self.catalog()
+            routing = pc.create_virtual_model_routing(
+                catalog, default_model_id=virtual or self.config["models"][0]
+            )
+            providers["prepare_request"] = routing.prepare_request
         runtime = await pc.create_runtime(
             pc.RuntimeConfig(active_leaf_id=leaf, context=budget, system_prompt=self.config["system_prompt"]),
             pc.RuntimeDeps(
@@ -545,6 +582,11 @@ class Driver:
         )
         self.abort = runtime.control.abort
         learner_mode = self.config["runtime_modes"][self.mode]
+        # A new session starts with the chapter's first entry, the selection; --select adds one anywhere.
+        chosen = select or (virtual if leaf is None else None)
+        if catalog is not None and chosen is not None:
+            await pc.select_model(runtime, catalog, chosen)
+            self.show(self.say("selected", model=chosen))
         try:
             if mcp is not None:
                 await self.show_servers(mcp)
