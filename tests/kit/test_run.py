@@ -985,3 +985,112 @@ def test_a_model_list_the_checkpoint_cannot_route_is_one_line(
     assert says in line
     if checkpoint_id == "17":
         assert "checkpoint 18" in line and "--from ." in line
+
+
+# -- extensions from 13: files named with --extension, loaded through the learner's trust gate and host --
+
+EXTENSION = '''"""A shout tool, and a hook that refuses bash."""
+from pathlib import Path
+
+from pi_course import BeforeToolDecisionDeny, Tool, ToolOutput, object_schema, string_value, text
+
+Path(__file__).with_name("imported.txt").write_text("top level ran", "utf-8")
+
+
+async def shout(parameters, context):
+    return ToolOutput([text(parameters["word"].upper() + "!")])
+
+
+def refuse_bash(call):
+    return BeforeToolDecisionDeny(reason="this extension allows no bash") if call.name == "bash" else None
+
+
+def broken_after(result):
+    raise RuntimeError("the after hook broke")
+
+
+def default(context):
+    schema = object_schema({"word": string_value})
+    context.register_tool(Tool(name="shout", description="shout a word", schema=schema, execute=shout))
+    context.on("beforeToolCall", refuse_bash)
+    context.on("afterToolResult", broken_after)
+'''
+
+
+def tool_messages(request: Any) -> list[str]:
+    return [str(m["content"]) for m in request.json()["messages"] if m["role"] == "tool"]
+
+
+@pytest.mark.parametrize("checkpoint_id", ["13", "18"])
+def test_an_extension_named_on_the_command_line_adds_its_tool_and_its_hook_guards_the_calls(
+    real_course: Course, tmp_path: Path, checkpoint_id: str
+) -> None:
+    """With --extension FILE, does the learner's load_extension import the file through their trust gate,
+    so its tool reaches the model and its beforeToolCall hook, in the learner's host around the Runtime's
+    executor, refuses the bash call before anything runs, while a failing afterToolResult hook is one line?"""
+    folder = solved(real_course, checkpoint_id, tmp_path / "practice")
+    extension = tmp_path / "extensions" / "guard.py"
+    extension.parent.mkdir()
+    extension.write_text(EXTENSION, encoding="utf-8")
+    replies = [
+        tool_reply(1, "shout", {"word": "hi"}),
+        tool_reply(2, "bash", {"command": "touch made.txt"}),
+        text_reply("喊过了。"),
+    ]
+    with serving(*replies) as server:
+        done = run_pi(folder, ["--yes", "--extension", str(extension), "喊一声"], env=live(server))
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert "extension guard: loaded through your trust gate; tools: shout" in done.stdout
+    # A hook that fails is the learner host's diagnostic, one line each, and the run goes on.
+    failed = "extension guard: its afterToolResult hook failed (error): the after hook broke"
+    assert done.stdout.count(failed) == 1  # after the shout; a denied call has no after hooks
+    offered = [tool["function"]["name"] for tool in requests[0].json()["tools"]]
+    assert "shout" in offered and "bash" in offered
+    assert tool_messages(requests[1]) == ["HI!"]
+    assert "this extension allows no bash" in tool_messages(requests[2])[-1]
+    assert not (folder / "workspace" / "made.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        (None, "no extension file"),
+        ("raise RuntimeError('boom at import')\n", "RuntimeError: boom at import"),
+        ("VALUE = 1\n", "缺少 default factory"),
+    ],
+)
+def test_an_extension_that_cannot_load_is_one_line_before_any_request(
+    real_course: Course, tmp_path: Path, source: str | None, says: str
+) -> None:
+    """A missing file, one whose top level raises, one with no default factory: is each one line naming
+    the file, with no request made? And an extension file in the workspace is never imported unasked?"""
+    folder = solved(real_course, "13", tmp_path / "practice")
+    extension = tmp_path / "broken.py"
+    if source is not None:
+        extension.write_text(source, encoding="utf-8")
+    unasked = folder / "workspace" / "extensions" / "guard.py"
+    unasked.parent.mkdir(parents=True)
+    unasked.write_text(EXTENSION, encoding="utf-8")
+    with serving() as server:
+        done = run_pi(folder, ["--extension", str(extension), "hi"], env=live(server))
+        requests = list(server.requests)
+    assert done.returncode == 2 and requests == []
+    line = assert_one_line(done.stderr)
+    assert says in line and "broken.py" in line
+    assert not (unasked.parent / "imported.txt").exists()
+
+
+def test_before_13_an_extension_is_refused_naming_the_checkpoint_that_brings_the_runtime(
+    real_course: Course, tmp_path: Path
+) -> None:
+    """At 12, where the host exists but nothing composes it, does --extension say in one line that 13
+    brings the Runtime, without importing the file?"""
+    folder = solved(real_course, "12", tmp_path / "practice")
+    extension = tmp_path / "guard.py"
+    extension.write_text(EXTENSION, encoding="utf-8")
+    done = run_pi(folder, ["--extension", str(extension), "hi"])
+    assert done.returncode == 2
+    line = assert_one_line(done.stderr)
+    assert "--extension" in line and "checkpoint 13" in line
+    assert not (tmp_path / "imported.txt").exists()

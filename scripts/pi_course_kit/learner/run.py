@@ -117,6 +117,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument(
+        "--extension",
+        action="append",
+        metavar="FILE",
+        help=_(
+            "load the extension FILE (a .py file with a default(context) factory) through your extension "
+            "host; naming it here is the trust gate's yes, since its code runs as you (from the Runtime on; "
+            "may be repeated)"
+        ),
+    )
+    parser.add_argument(
         "--yes",
         action="store_true",
         help=_("run the tools that ask first (course.toml [run] ask) without asking"),
@@ -230,6 +240,9 @@ def driver_messages() -> dict[str, str]:
         "bad_resources": _("the resources in {root} cannot be read: {error}"),
         "steered": _("steering: {text} (the model reads it once the tools running now are done)"),
         "compacted": _("compacted: {count} earlier messages became a summary in the session file"),
+        "extension_loaded": _("extension {id}: loaded through your trust gate; tools: {tools}"),
+        "extension_failed": _("the extension {file} cannot be loaded: {error}"),
+        "extension_hook": _("extension {id}: its {hook} hook failed ({kind}): {message}"),
         "selected": _(
             "selected {model}: a model_change on the session's branch; each reply says where it went"
         ),
@@ -292,6 +305,27 @@ def mcp_servers(file: str) -> list[dict[str, Any]]:
             )
         servers.append({"name": name, "command": command, "args": args, "env": env, "exposure": exposure})
     return servers
+
+
+def extension_files(files: Sequence[str], *, durable: bool) -> list[dict[str, str]]:
+    """The `--extension` files as the driver loads them (an id, the file's stem, and its absolute path)."""
+    if files and durable:
+        raise KitError(
+            _("--durable runs the durable harness, which has no extension host: leave out --extension")
+        )
+    extensions: list[dict[str, str]] = []
+    for file in files:
+        path = Path(file).expanduser().resolve()
+        if not path.is_file() or path.suffix != ".py":
+            raise KitError(
+                _("no extension file {file}: name a .py file with a default(context) factory").format(
+                    file=path
+                )
+            )
+        if any(entry["id"] == path.stem for entry in extensions):
+            raise KitError(_("two extensions are named {id}: rename one of the files").format(id=path.stem))
+        extensions.append({"id": path.stem, "path": str(path)})
+    return extensions
 
 
 def session_for(folder: PracticeFolder, features: Sequence[str], args: argparse.Namespace) -> str | None:
@@ -433,10 +467,13 @@ def run(args: argparse.Namespace) -> int:
         needs.append(("compaction", " --context-tokens"))
     if args.select is not None:
         needs.append(("virtual_models", " --select"))
+    if args.extension:
+        needs.append(("runtime", " --extension"))
     for needed, flag in needs:
         if needed not in features:
             return _missing(course, checkpoint, own, needed, flag)
     servers = mcp_servers(args.mcp) if args.mcp else []
+    extensions = extension_files(args.extension or [], durable=bool(args.durable))
     workspace = workspace_for(folder, args.workspace, str(table.get("workspace", "workspace")))
     session_file = session_for(folder, features, args)
     chosen = endpoint(args, folder, table, features)
@@ -474,6 +511,8 @@ def run(args: argparse.Namespace) -> int:
             "durable": bool(args.durable),
             "replay_safe": list(table.get("replay_safe", ())),
             "mcp_servers": servers,
+            "extensions": extensions,
+            "extension_hook_timeout_ms": int(table.get("extension_hook_timeout_ms", 5000)),
             "context_tokens": args.context_tokens or CONTEXT_TOKENS,
             "compaction_prompt": str(table.get("compaction_prompt", "")),
             "markers": {lab.id: lab.marker for lab in checkpoint.tree_labs},

@@ -192,6 +192,48 @@ class Driver:
             self.show(self.say("resources", root=root, names=names))
         return catalog
 
+    async def extensions(self, registry: Any) -> Any:
+        """12: the files `--extension` names, loaded by the learner's `load_extension` into their host.
+
+        The person named each file on the command line: that is the trust gate's answer, and the gate
+        still comes first (the learner's code asks it before importing anything).
+        """
+        listed = self.config["extensions"]
+        if not listed:
+            return None
+        pc = self.pc
+        host = pc.create_extension_host(
+            registry,
+            hook_timeout_ms=self.config["extension_hook_timeout_ms"],
+            on_diagnostic=lambda found: self.show(
+                self.say(
+                    "extension_hook",
+                    id=found.extension_id,
+                    hook=found.hook,
+                    kind=found.kind,
+                    message=(found.message.splitlines() or [""])[0],
+                )
+            ),
+        )
+        named = {entry["path"] for entry in listed}
+        for entry in listed:
+            before = {tool.name for tool in registry.list()}
+            try:
+                await pc.load_extension(
+                    pc.ExtensionSource(id=entry["id"], path=entry["path"]),
+                    is_trusted=lambda source: source.path in named,
+                    import_module=pc.import_extension_file,
+                    host=host,
+                )
+            except (Exception, SystemExit) as error:  # its top level may even call sys.exit
+                if STUB.search(str(error)):
+                    raise  # the learner's lab: main() names it
+                first = (f"{type(error).__name__}: {error}".splitlines() or [""])[0]
+                raise Stop(self.say("extension_failed", file=entry["path"], error=first), 2) from None
+            added = sorted({tool.name for tool in registry.list()} - before)
+            self.show(self.say("extension_loaded", id=entry["id"], tools=", ".join(added) or "-"))
+        return host
+
     def mcp_runtime(self, registry: Any, *, direct: bool = False) -> Any:
         """17: the learner's MCP runtime over the servers CONFIG names (the file `--mcp` gave), each started
         by the learner's stdio transport in the workspace; their tools join `registry` as they connect.
@@ -551,9 +593,12 @@ class Driver:
         )
         registry = self.tools()
         resources = await self.resources()
+        host = await self.extensions(registry)
         mcp = self.mcp_runtime(registry)
         # 17's Runtime asks its section providers before every prompt: the servers' list joins the system.
         providers: dict[str, Any] = {"section_providers": [mcp]} if mcp is not None else {}
+        if host is not None:
+            providers["extension_host"] = host  # its hooks wrap the Runtime's tool executor
         virtual, select = self.config["virtual_model"], self.config["select"]
         self.routing = "virtual_models" in self.features and (virtual is not None or select is not None)
         catalog = None
