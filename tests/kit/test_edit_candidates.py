@@ -4,7 +4,7 @@ course.toml's `[[checkpoints.mutations]]` are the course's realistic mistakes. `
 each one that lies in a lab's section of a solution file and runs the tests as a learner does (the
 mutated lab first, then the checkpoint's own tests, then the whole tree, each stopping at the first
 failure); its check "mutation X caught" also requires the report's next step to name the function
-holding the mutated line, alone or among the report's three candidates, unless the mutation says why
+holding the mutated line, alone or among the report's five candidates, unless the mutation says why
 not in `edit_unplaced` (see `mutate.unplaced_problem`, run for every checkpoint by
 test_course_checkpoints.py). The tests here keep that list short and honest, and check the report's
 rules on a few chosen mistakes.
@@ -51,7 +51,7 @@ def test_nearly_every_named_mutation_is_planted() -> None:
 
 def test_the_mutations_left_unplaced_are_planted_ones_and_few() -> None:
     """Is every mutation that course.toml excuses from the edit-line check (`edit_unplaced`) a planted one,
-    and are they few (under 6 % of those planted)?"""
+    and are they few (under 3 % of those planted)?"""
     course = load_real_course()
     assert course is not None
     excused = {
@@ -61,7 +61,7 @@ def test_the_mutations_left_unplaced_are_planted_ones_and_few() -> None:
         if mutation.edit_unplaced
     }
     assert excused <= set(planted())
-    assert 0 < len(excused) < 0.06 * len(planted())
+    assert 0 < len(excused) < 0.03 * len(planted())
 
 
 @pytest.mark.parametrize(

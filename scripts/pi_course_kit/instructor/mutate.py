@@ -95,7 +95,7 @@ def mutated_place(course: Course, checkpoint: Checkpoint, mutation: Mutation) ->
 def names_place(step: records.NextStep | None, place: str) -> str | None:
     """Why a run's next step does not send the learner to `place` (None when it does).
 
-    The `edit:` line names one function, or up to three candidates the failing test ran; a nested
+    The `edit:` line names one function, or up to five candidates the failing test ran; a nested
     function is edited as part of the function it is written in, and the other way round.
     """
     if step is None or step.location is None or not step.function:
