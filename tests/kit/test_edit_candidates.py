@@ -136,3 +136,37 @@ def test_candidates_are_named_in_order_with_how_many_more(language: str, header:
     assert [line.strip() for line in lines[at + 1 : at + 4]] == list(step.candidates)
     assert "2" in lines[at + 4] and "agent.py" not in lines[at + 4]
     assert sum("Agent." in line for line in lines) == 3  # each candidate once, no single `edit:` line too
+
+
+def excused() -> list[tuple[str, str]]:
+    """(checkpoint, mutation) of every mutation course.toml excuses from the edit-line check."""
+    course = load_real_course()
+    assert course is not None
+    return [(c.id, m.name) for c in course.checkpoints for m in c.mutations if m.edit_unplaced]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("checkpoint_id", "name"), excused())
+def test_after_a_green_run_the_function_changed_since_is_named_first(
+    real_course: Course, tmp_path: Path, checkpoint_id: str, name: str
+) -> None:
+    """Where the ranking alone cannot place a mistake, and the failing test passed before in this folder,
+    does the first red after the mistake is planted name the function that changed since, first?"""
+    checkpoint = real_course.checkpoint(checkpoint_id)
+    mutation = next(m for m in checkpoint.mutations if m.name == name)
+    place = mutated_place(real_course, checkpoint, mutation)
+    assert place is not None
+    folder = practice.create(real_course, checkpoint, tmp_path / "mine")
+    for relative in checkpoint.teaching_files:
+        shutil.copyfile(real_course.root / checkpoint.solution / relative, folder / relative)
+    own = tuple(f"tests/{Path(test).name}" for test in checkpoint.focused_tests)
+    green = run_tests(folder, (*own, "--tb=no"), launch=prewarmed.launch)
+    assert green.report.tests and all(test.outcome == "passed" for test in green.report.tests)
+    target = folder / mutation.file
+    target.write_text(mutate_source(target.read_text(encoding="utf-8"), mutation), encoding="utf-8")
+    red = run_tests(folder, (*own, "--tb=no"), launch=prewarmed.launch)
+    # The first red: the first test that fails, in the order the tests ran.
+    failed = next(test for test in red.report.tests if test.outcome == "failed")
+    assert failed.function, failed
+    first = failed.function.split(", ")[0]
+    assert first == place or first.startswith(f"{place}.") or place.startswith(f"{first}."), failed.function

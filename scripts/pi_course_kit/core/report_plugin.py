@@ -6,9 +6,13 @@ Set PI_COURSE_REPORT_JSON=path to also get one JSON record per line (the kit's t
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import difflib
 import dis
 import functools
 import gc
+import hashlib
 import inspect
 import json
 import math
@@ -344,6 +348,128 @@ class Ran:
     #: The attribute and global names it reads, and those it writes (see `reads_and_writes`).
     reads: set[str] = field(default_factory=set)
     writes: set[str] = field(default_factory=set)
+
+
+#: Where a practice folder keeps the code each test last passed with (see PassedCode).
+PASSED_DIR = Path(".pi-course") / "passed"
+
+
+class PassedCode:
+    """Which code each test last passed with, in a practice folder (never in grading).
+
+    A test that passed and now fails points first at what changed since: a mistake often runs long before
+    it shows, and a learner's regression is in the functions edited since the test was green. Each test
+    that passes is mapped to the hashes of the package's files at that run; each file's text is kept once
+    per content, so a green run writes only the files that are new since the last one. Hand-written
+    because no kept library maps a test to the code it passed with.
+    """
+
+    def __init__(self, root: Path, package: str) -> None:
+        self.root = root
+        self.folder = root / PASSED_DIR
+        self.package = package
+        #: The package's files as this run found them: relative path -> sha1 of their bytes.
+        self.files = self._hashes()
+        self.snapshots: dict[str, dict[str, str]] = {}
+        self.tests: dict[str, str] = {}
+        try:
+            index = json.loads((self.folder / "index.json").read_text(encoding="utf-8"))
+            self.snapshots = {str(k): dict(v) for k, v in index["snapshots"].items()}
+            self.tests = {str(k): str(v) for k, v in index["tests"].items() if v in self.snapshots}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass  # none yet, or unreadable: nothing is known to have passed
+        self._lines: dict[tuple[str, Path], set[int] | None] = {}
+
+    def _hashes(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for path in sorted((self.root / self.package).rglob("*.py")):
+            try:
+                found[path.relative_to(self.root).as_posix()] = hashlib.sha1(path.read_bytes()).hexdigest()
+            except OSError:
+                continue
+        return found
+
+    def save(self, passed: list[str]) -> None:
+        """Remember that the tests `passed` passed with this run's files (unless they changed meanwhile)."""
+        if not passed or self._hashes() != self.files:
+            return
+        blobs = self.folder / "files"
+        blobs.mkdir(parents=True, exist_ok=True)
+        for relative, digest in self.files.items():
+            if not (blobs / digest).exists():
+                _write_atomically(blobs / digest, (self.root / relative).read_bytes())
+        key = hashlib.sha1(json.dumps(self.files, sort_keys=True).encode()).hexdigest()
+        self.snapshots[key] = self.files
+        self.tests.update(dict.fromkeys(passed, key))
+        kept = set(self.tests.values())
+        self.snapshots = {k: v for k, v in self.snapshots.items() if k in kept}
+        used = {digest for files in self.snapshots.values() for digest in files.values()}
+        for blob in blobs.iterdir():
+            if blob.name not in used:
+                blob.unlink(missing_ok=True)
+        index = {"snapshots": self.snapshots, "tests": self.tests}
+        _write_atomically(self.folder / "index.json", json.dumps(index).encode())
+
+    def changed(self, nodeid: str, ran: Ran) -> bool:
+        """Whether the function `ran` changed since the test `nodeid` last passed (False if it never did)."""
+        lines = self._changed_lines(nodeid, ran.path)
+        if not lines:
+            return False
+        span = _def_span(ran.path, ran.line)
+        return span is not None and any(span[0] <= line <= span[1] for line in lines)
+
+    def _changed_lines(self, nodeid: str, path: Path) -> set[int] | None:
+        """The lines of `path`, as it is now, that differ from the text the test last passed with."""
+        if (nodeid, path) not in self._lines:
+            self._lines[nodeid, path] = self._diff(nodeid, path)
+        return self._lines[nodeid, path]
+
+    def _diff(self, nodeid: str, path: Path) -> set[int] | None:
+        before = self.snapshots.get(self.tests.get(nodeid, ""))
+        try:
+            relative = path.resolve().relative_to(self.root.resolve()).as_posix()
+            now = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, ValueError):
+            return None
+        if before is None or before.get(relative) == self.files.get(relative):
+            return None
+        if relative not in before:
+            return set(range(1, len(now) + 1))  # a new file: all of it changed
+        try:
+            old = (self.folder / "files" / before[relative]).read_text(encoding="utf-8").splitlines()
+        except (OSError, ValueError):
+            return None
+        lines: set[int] = set()
+        for tag, _i1, _i2, j1, j2 in difflib.SequenceMatcher(None, old, now, autojunk=False).get_opcodes():
+            if tag != "equal":
+                # A deletion has no lines of its own now: the lines around the gap changed.
+                lines.update(range(j1 + 1, j2 + 1) if j2 > j1 else (j1, j1 + 1))
+        return lines
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+@functools.lru_cache(maxsize=256)
+def _def_spans(path: Path) -> dict[int, tuple[int, int]]:
+    """Each function of a file by its first line (a decorator's, as a code object counts it): its span."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, SyntaxError):
+        return {}
+    spans: dict[int, tuple[int, int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            spans[first] = spans[node.lineno] = (first, node.end_lineno or node.lineno)
+    return spans
+
+
+def _def_span(path: Path, line: int) -> tuple[int, int] | None:
+    return _def_spans(path).get(line)
 
 
 #: How many functions an `edit:` line names at most when the test ran several that may hold the mistake.
@@ -784,6 +910,11 @@ class ReportPlugin:
         self.rerunning = False
         #: Learner code runs a second time, traced, only where an `edit:` line is shown (never in grading).
         self.trace_failures = not os.environ.get(GRADING_ENV)
+        #: A practice folder's memory of what each test last passed with, and the tests passing now.
+        self.passed_code: PassedCode | None = None
+        if self.trace_failures and PACKAGE and (self.root / ".pi-course" / "meta.json").is_file():
+            self.passed_code = PassedCode(self.root, PACKAGE)
+        self.passed_now: list[str] = []
         self.json_path = os.environ.get(JSON_ENV)
         if self.json_path:
             Path(self.json_path).write_text("", encoding="utf-8")
@@ -1183,6 +1314,8 @@ class ReportPlugin:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         """Record the phase that decides the test's outcome."""
         report: pytest.TestReport = yield
+        if report.when == "call" and report.passed and not self.rerunning:
+            self.passed_now.append(report.nodeid)
         decisive = report.when == "call" or report.outcome != "passed"
         if decisive and not self.rerunning and not getattr(item, "_pi_recorded", False):
             item._pi_recorded = True  # type: ignore[attr-defined]
@@ -1262,6 +1395,8 @@ class ReportPlugin:
         framed = record.function if record.location and record.owner_lab is not None else None
         targets = edit_target(tested, named)
         ranked = rank_candidates(ran, framed, targets, lab, order)
+        if traced and self.passed_code is not None:
+            ranked = self._changed_first(item.nodeid, ran, ranked)
         places = [(ran[name].where, name) for name in ranked]
         if ran:
             # A function the test names in a file of which the trace saw nothing run ran in another
@@ -1296,6 +1431,26 @@ class ReportPlugin:
         if found:
             record.location = found[0][0]
             record.function = ", ".join(function for _where, function in found)
+
+    def _changed_first(self, nodeid: str, ran: dict[str, Ran], ranked: list[str]) -> list[str]:
+        """`ranked` with the functions changed since this test last passed first (in `ran`'s order, then
+        source order); a later lab's function joins `ran` too, since the test ran it and it changed."""
+        assert self.passed_code is not None
+        changed = [name for name in ranked if self.passed_code.changed(nodeid, ran[name])]
+        every = self.ran.learner_functions(self.root)
+        later = sorted(
+            (
+                name
+                for name, info in every.items()
+                if name not in ran and self.passed_code.changed(nodeid, info)
+            ),
+            key=lambda name: (str(every[name].path), every[name].line),
+        )
+        for name in later:
+            ran[name] = every[name]
+            ran[name].owner = lab_of_line(ran[name].path, ran[name].line)
+        first = changed + later
+        return first + [name for name in ranked if name not in first]
 
     def _green_labs(self) -> set[str]:
         """The labs every test of which passed so far in this run (one at least)."""
@@ -1395,6 +1550,12 @@ class ReportPlugin:
         self._emit_line(record_line("collect_error", asdict(entry)))
 
     # -- reporting -------------------------------------------------------------
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Remember the code the passing tests passed with (a practice folder's hint; never an error)."""
+        if self.passed_code is not None:
+            with contextlib.suppress(OSError):
+                self.passed_code.save(self.passed_now)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Any:
