@@ -151,7 +151,8 @@ def test_after_a_green_run_the_function_changed_since_is_named_first(
     real_course: Course, tmp_path: Path, checkpoint_id: str, name: str
 ) -> None:
     """Where the ranking alone cannot place a mistake, and the failing test passed before in this folder,
-    does the first red after the mistake is planted name the function that changed since, first?"""
+    does the first red after the mistake is planted name the function that changed since, first, and say
+    that it changed?"""
     checkpoint = real_course.checkpoint(checkpoint_id)
     mutation = next(m for m in checkpoint.mutations if m.name == name)
     place = mutated_place(real_course, checkpoint, mutation)
@@ -170,3 +171,7 @@ def test_after_a_green_run_the_function_changed_since_is_named_first(
     assert failed.function, failed
     first = failed.function.split(", ")[0]
     assert first == place or first.startswith(f"{place}.") or place.startswith(f"{first}."), failed.function
+    # And the line says why it comes first (in the run's language: the kit's runner asks for English).
+    mark = "changed since this test last passed"
+    assert failed.candidates and failed.candidates[0].endswith(f"; {mark})"), failed.candidates
+    assert not any(mark in where for where in failed.candidates[1:])

@@ -915,6 +915,8 @@ class ReportPlugin:
         if self.trace_failures and PACKAGE and (self.root / ".pi-course" / "meta.json").is_file():
             self.passed_code = PassedCode(self.root, PACKAGE)
         self.passed_now: list[str] = []
+        #: The functions of the failure being placed that changed since its test last passed.
+        self.changed_names: set[str] = set()
         self.json_path = os.environ.get(JSON_ENV)
         if self.json_path:
             Path(self.json_path).write_text("", encoding="utf-8")
@@ -1395,6 +1397,7 @@ class ReportPlugin:
         framed = record.function if record.location and record.owner_lab is not None else None
         targets = edit_target(tested, named)
         ranked = rank_candidates(ran, framed, targets, lab, order)
+        self.changed_names = set()
         if traced and self.passed_code is not None:
             ranked = self._changed_first(item.nodeid, ran, ranked)
         places = [(ran[name].where, name) for name in ranked]
@@ -1417,7 +1420,18 @@ class ReportPlugin:
             if chosen[0][1] != framed:  # the frame keeps its own line (the one that raised)
                 record.location = chosen[0][0]
             record.function = ", ".join(name for _where, name in chosen)
-            record.candidates = [f"{where} ({name})" for where, name in chosen] if len(chosen) > 1 else []
+            # A function changed since this test last passed says so: that is why it comes first.
+            changed = self.changed_names
+            record.candidates = (
+                [
+                    f"{where} ({name}; {_('changed since this test last passed')})"
+                    if name in changed
+                    else f"{where} ({name})"
+                    for where, name in chosen
+                ]
+                if len(chosen) > 1
+                else []
+            )
             if len(places) > MAX_CANDIDATES:
                 record.more_candidates = len(places) - MAX_CANDIDATES
             return
@@ -1450,6 +1464,7 @@ class ReportPlugin:
             ran[name] = every[name]
             ran[name].owner = lab_of_line(ran[name].path, ran[name].line)
         first = changed + later
+        self.changed_names = set(first)
         return first + [name for name in ranked if name not in first]
 
     def _green_labs(self) -> set[str]:
