@@ -330,8 +330,9 @@ def lab_of_line(path: Path, line: int) -> str | None:
         return None
 
 
-def _functions(path: Path) -> tuple[tuple[str, int, int], ...]:
-    """(qualified name, first line, last line) of every function of a file; () when it does not parse."""
+def _functions(path: Path) -> tuple[tuple[str, int, int, int], ...]:
+    """(qualified name, `def` line, last line, first decorator line or the `def` line) of every function of
+    a file; () when it does not parse."""
     try:
         info = path.stat()
     except OSError:
@@ -341,7 +342,7 @@ def _functions(path: Path) -> tuple[tuple[str, int, int], ...]:
 
 
 @functools.lru_cache(maxsize=32)
-def _parsed_functions(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, int, int], ...]:
+def _parsed_functions(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, int, int, int], ...]:
     try:
         source = Path(path).read_text(encoding="utf-8")
         # CPython 3.11 raises SystemError ("AST constructor recursion depth mismatch") when a garbage
@@ -355,14 +356,15 @@ def _parsed_functions(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str,
                 gc.enable()
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError, SystemError):
         return ()
-    found: list[tuple[str, int, int]] = []
+    found: list[tuple[str, int, int, int]] = []
 
     def visit(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.ClassDef):
                 visit(child, f"{prefix}{child.name}.")
             elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                found.append((f"{prefix}{child.name}", child.lineno, child.end_lineno or child.lineno))
+                top = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                found.append((f"{prefix}{child.name}", child.lineno, child.end_lineno or child.lineno, top))
                 visit(child, f"{prefix}{child.name}.")
 
     visit(tree, "")
@@ -371,13 +373,18 @@ def _parsed_functions(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str,
 
 def function_at(path: Path, line: int) -> str | None:
     """The innermost function (qualified, `ObjectSchema.__init__`) holding a line of a file."""
-    holding = [(name, first) for name, first, last in _functions(path) if first <= line <= last]
+    holding = [(name, first) for name, first, last, _top in _functions(path) if first <= line <= last]
     return max(holding, key=lambda item: item[1])[0] if holding else None
 
 
 def function_line(path: Path, name: str) -> int | None:
     """The `def` line of a function of a file by qualified name (`Agent._emit`), None when it has none."""
-    return next((first for qualified, first, _last in _functions(path) if qualified == name), None)
+    return next((first for qualified, first, _last, _top in _functions(path) if qualified == name), None)
+
+
+def function_span(path: Path, name: str) -> tuple[int, int] | None:
+    """The lines a function of a file takes by qualified name, its decorators included; None if none."""
+    return next(((top, last) for qualified, _first, last, top in _functions(path) if qualified == name), None)
 
 
 def module_data(path: Path) -> tuple[tuple[str, int], ...]:
@@ -478,7 +485,7 @@ def lab_entry(root: Path, package: str, lab: LabInfo) -> tuple[str, str | None] 
     found = [
         (wanted.index(name), f"{path.relative_to(root).as_posix()}:{first}", name)
         for path, _marks in files
-        for name, first, _last in _functions(path)
+        for name, first, _last, _top in _functions(path)
         if name in wanted
     ]
     if found:
@@ -500,7 +507,7 @@ def function_entry(root: Path, package: str, name: str) -> tuple[str, str] | Non
     A class name stands for its `__init__`; the first file (in path order) that defines it wins.
     """
     for path in sorted((root / package).rglob("*.py")):
-        for qualified, first, _last in _functions(path):
+        for qualified, first, _last, _top in _functions(path):
             if qualified in (name, f"{name}.__init__"):
                 return f"{path.relative_to(root).as_posix()}:{first}", qualified
     return None

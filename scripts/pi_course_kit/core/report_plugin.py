@@ -6,7 +6,6 @@ Set PI_COURSE_REPORT_JSON=path to also get one JSON record per line (the kit's t
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import difflib
 import dis
@@ -43,6 +42,7 @@ from pi_course_records import (
     function_at,
     function_entry,
     function_line,
+    function_span,
     lab_entry,
     lab_of_line,
     module_data,
@@ -410,12 +410,13 @@ class PassedCode:
         index = {"snapshots": self.snapshots, "tests": self.tests}
         _write_atomically(self.folder / "index.json", json.dumps(index).encode())
 
-    def changed(self, nodeid: str, ran: Ran) -> bool:
-        """Whether the function `ran` changed since the test `nodeid` last passed (False if it never did)."""
+    def changed(self, nodeid: str, name: str, ran: Ran) -> bool:
+        """Whether the function `name` (which ran as `ran`) changed since the test `nodeid` last passed
+        (False if it never did)."""
         lines = self._changed_lines(nodeid, ran.path)
         if not lines:
             return False
-        span = _def_span(ran.path, ran.line)
+        span = function_span(ran.path, name)
         return span is not None and any(span[0] <= line <= span[1] for line in lines)
 
     def _changed_lines(self, nodeid: str, path: Path) -> set[int] | None:
@@ -451,25 +452,6 @@ def _write_atomically(path: Path, data: bytes) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     temporary.write_bytes(data)
     os.replace(temporary, path)
-
-
-@functools.lru_cache(maxsize=256)
-def _def_spans(path: Path) -> dict[int, tuple[int, int]]:
-    """Each function of a file by its first line (a decorator's, as a code object counts it): its span."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, SyntaxError):
-        return {}
-    spans: dict[int, tuple[int, int]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            spans[first] = spans[node.lineno] = (first, node.end_lineno or node.lineno)
-    return spans
-
-
-def _def_span(path: Path, line: int) -> tuple[int, int] | None:
-    return _def_spans(path).get(line)
 
 
 #: How many functions an `edit:` line names at most when the test ran several that may hold the mistake.
@@ -912,11 +894,9 @@ class ReportPlugin:
         self.trace_failures = not os.environ.get(GRADING_ENV)
         #: A practice folder's memory of what each test last passed with, and the tests passing now.
         self.passed_code: PassedCode | None = None
-        if self.trace_failures and PACKAGE and (self.root / ".pi-course" / "meta.json").is_file():
+        if self.trace_failures and PACKAGE and (self.root / PASSED_DIR.parent / "meta.json").is_file():
             self.passed_code = PassedCode(self.root, PACKAGE)
         self.passed_now: list[str] = []
-        #: The functions of the failure being placed that changed since its test last passed.
-        self.changed_names: set[str] = set()
         self.json_path = os.environ.get(JSON_ENV)
         if self.json_path:
             Path(self.json_path).write_text("", encoding="utf-8")
@@ -1397,9 +1377,9 @@ class ReportPlugin:
         framed = record.function if record.location and record.owner_lab is not None else None
         targets = edit_target(tested, named)
         ranked = rank_candidates(ran, framed, targets, lab, order)
-        self.changed_names = set()
+        changed: set[str] = set()
         if traced and self.passed_code is not None:
-            ranked = self._changed_first(item.nodeid, ran, ranked)
+            ranked, changed = self._changed_first(item.nodeid, ran, ranked)
         places = [(ran[name].where, name) for name in ranked]
         if ran:
             # A function the test names in a file of which the trace saw nothing run ran in another
@@ -1421,7 +1401,6 @@ class ReportPlugin:
                 record.location = chosen[0][0]
             record.function = ", ".join(name for _where, name in chosen)
             # A function changed since this test last passed says so: that is why it comes first.
-            changed = self.changed_names
             record.candidates = (
                 [
                     f"{where} ({name}; {_('changed since this test last passed')})"
@@ -1446,17 +1425,20 @@ class ReportPlugin:
             record.location = found[0][0]
             record.function = ", ".join(function for _where, function in found)
 
-    def _changed_first(self, nodeid: str, ran: dict[str, Ran], ranked: list[str]) -> list[str]:
+    def _changed_first(
+        self, nodeid: str, ran: dict[str, Ran], ranked: list[str]
+    ) -> tuple[list[str], set[str]]:
         """`ranked` with the functions changed since this test last passed first (in `ran`'s order, then
-        source order); a later lab's function joins `ran` too, since the test ran it and it changed."""
+        source order), and those functions; a later lab's function joins `ran` too, since the test ran it
+        and it changed."""
         assert self.passed_code is not None
-        changed = [name for name in ranked if self.passed_code.changed(nodeid, ran[name])]
+        changed = [name for name in ranked if self.passed_code.changed(nodeid, name, ran[name])]
         every = self.ran.learner_functions(self.root)
         later = sorted(
             (
                 name
                 for name, info in every.items()
-                if name not in ran and self.passed_code.changed(nodeid, info)
+                if name not in ran and self.passed_code.changed(nodeid, name, info)
             ),
             key=lambda name: (str(every[name].path), every[name].line),
         )
@@ -1464,8 +1446,7 @@ class ReportPlugin:
             ran[name] = every[name]
             ran[name].owner = lab_of_line(ran[name].path, ran[name].line)
         first = changed + later
-        self.changed_names = set(first)
-        return first + [name for name in ranked if name not in first]
+        return first + [name for name in ranked if name not in first], set(first)
 
     def _green_labs(self) -> set[str]:
         """The labs every test of which passed so far in this run (one at least)."""
