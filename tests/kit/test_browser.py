@@ -6,9 +6,11 @@ Chromium is Debian's (`apt-get install chromium fonts-noto-cjk`), driven by Play
 test never downloads a browser (`playwright install`) and gives no page the network: every request
 that does not go to the local JupyterLab (or a local file) is refused and recorded.
 
-A page counts as idle when its main thread has run no long task (over 50 ms) for a second. Playwright
-waits inside the page, so a renderer that spins forever (as JupyterLab's sanitizer did on a broken
-attribute) would hang the wait itself: every wait is bounded from Python with `asyncio.wait_for`.
+A page that runs scripts (JupyterLab, a static export) counts as idle when its main thread has run no
+long task (over 50 ms) for a second; one with none (the class report) once loaded, with its fonts ready
+and two frames drawn. Playwright waits inside the page, so a renderer that spins forever (as
+JupyterLab's sanitizer did on a broken attribute) would hang the wait itself: every wait is bounded from
+Python with `asyncio.wait_for`.
 
 Screenshots go to $PI_COURSE_SCREENSHOTS when set (CI keeps them), else to pytest's temporary folder.
 """
@@ -27,6 +29,7 @@ import time
 import urllib.request
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -240,6 +243,19 @@ async def _settled(page: Page) -> None:
     await _idle(page)
 
 
+async def _drawn(page: Page) -> None:
+    """A page with no script, loaded: wait for its fonts and two frames, and no quiet second.
+
+    Nothing but the parser and the fonts changes such a page once its `load` event has fired (`goto`
+    waits for it), so the idle wait's second of quiet would only stand idle: the class report's 120
+    visits spent about two minutes in it.
+    """
+    await page.evaluate(
+        "() => document.fonts.ready.then(() => new Promise("
+        "(done) => requestAnimationFrame(() => requestAnimationFrame(done))))"
+    )
+
+
 @dataclass
 class Viewer:
     """A context and one page for a kind of screen, reused for every static page shown on it: a new context
@@ -258,7 +274,10 @@ class Viewer:
         self.guard.allowed = path.as_uri()
         visit = self.guard.visit = Visit()
         await self.page.goto(path.as_uri())
-        await _idle(self.page)
+        if await self.page.evaluate("document.scripts.length") > 0:
+            await _idle(self.page)
+        else:
+            await _drawn(self.page)
         return self.page, visit
 
 
@@ -464,28 +483,42 @@ async def _notebook(
     )
     visit.errors += [f"dialog: {text}" for text in dialogs]
     # The notebook scrolls inside its panel: a window as tall as the notebook shows all of it at once.
-    # Cells out of view have estimated heights until they render: measure again once they have.
-    for _ in range(2):
+    # Cells out of view have estimated heights until they render: measure again once they have, until
+    # the window already fits (a third pass has never been needed; the bound keeps a layout that keeps
+    # changing from looping).
+    height = 900
+    for _ in range(3):
         bottom: float = await page.evaluate(
             "(() => { const cells = document.querySelectorAll('.jp-Notebook .jp-Cell');"
             " return cells[cells.length - 1].getBoundingClientRect().bottom + 60; })()"
         )
-        await page.set_viewport_size({"width": 1280, "height": min(max(round(bottom), 900), 30000)})
+        fits = min(max(round(bottom), 900), 30000)
+        if fits == height:
+            break
+        height = fits
+        await page.set_viewport_size({"width": 1280, "height": height})
         await _settled(page)
     await page.screenshot(path=str(session.shots / f"jupyterlab-{name.removesuffix('.ipynb')}.png"))
     return visit, low, outputs
 
 
 def _kernel_settled(lab: Lab, name: str) -> None:
-    """Wait until the notebook's kernel is connected and has been idle for a second (JupyterLab's REST API)."""
-    deadline, quiet_since = time.monotonic() + BUSY_BOUND, None
+    """Wait until the notebook's kernel is connected, idle, and has sent nothing for a second.
+
+    The server keeps, per kernel, the time of the last message it had from it (`last_activity` in
+    JupyterLab's REST API): a kernel that has been quiet while the page settled is not watched for
+    another second.
+    """
+    deadline = time.monotonic() + BUSY_BOUND
     while time.monotonic() < deadline:
         kernels = [s["kernel"] for s in lab.api("GET", "/api/sessions") if s.get("path") == name]
-        idle = bool(kernels) and all(
-            k.get("execution_state") == "idle" and k.get("connections", 0) >= 1 for k in kernels
-        )
-        quiet_since = (quiet_since or time.monotonic()) if idle else None
-        if quiet_since is not None and time.monotonic() - quiet_since >= 1:
+        now = datetime.now(UTC)
+        if kernels and all(
+            k.get("execution_state") == "idle"
+            and k.get("connections", 0) >= 1
+            and (now - datetime.fromisoformat(k["last_activity"])).total_seconds() >= 1
+            for k in kernels
+        ):
             return
         time.sleep(0.2)
     raise TimeoutError
@@ -494,7 +527,24 @@ def _kernel_settled(lab: Lab, name: str) -> None:
 async def _close_all(browser: LabBrowser) -> None:
     page = await browser.ready()
     await page.evaluate('() => window.jupyterapp.commands.execute("application:close-all")')
-    await _idle(page, "() => document.querySelectorAll('.jp-Notebook').length === 0")
+    await page.wait_for_function(
+        "() => document.querySelectorAll('.jp-Notebook').length === 0", polling="raf", timeout=0
+    )
+
+
+def _kernel_released(lab: Lab, name: str) -> None:
+    """Wait until the closed notebook's page holds no connection to its kernel any more.
+
+    Then the kernel can go without JupyterLab waiting on it: a precise condition where a quiet second
+    of the page's main thread used to stand in for it.
+    """
+    deadline = time.monotonic() + BUSY_BOUND
+    while time.monotonic() < deadline:
+        kernels = [s["kernel"] for s in lab.api("GET", "/api/sessions") if s.get("path") == name]
+        if all(k.get("connections", 0) == 0 for k in kernels):
+            return
+        time.sleep(0.05)
+    raise TimeoutError
 
 
 @pytest.mark.parametrize(("checkpoint_id", "tree"), RUNS)
@@ -513,6 +563,7 @@ def test_notebook_opens_in_jupyterlab_goes_idle_and_logs_no_error(
         # goes. Killing it under an open notebook logs "Canceled future … before replies were done".
         _kernel_settled(jupyterlab, name)
         session.run(_close_all(lab_browser))
+        _kernel_released(jupyterlab, name)
     except TimeoutError:
         pytest.fail(f"JupyterLab stayed busy more than {BUSY_BOUND:g} s after opening {name}")
     finally:
