@@ -135,14 +135,18 @@ def test_waits_on_the_learner():
 """
 
 
+#: Keeps a second thread alive, which could still hand the loop a callback: the wait is not provably
+#: stuck, so only the time limit ends it.
+OTHER_THREAD = "import threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True).start()"
+
+
 def test_a_wait_that_never_ends_is_told_from_an_endless_loop(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """When the time limit passes while no learner code runs (a wait that never ends), does the message say
-    so, naming the lab but no line, instead of a loop "stopped at" nowhere?"""
-    folder = faulty_folder(
-        course, checkpoint, tmp_path, "add", "import asyncio; return asyncio.Event().wait()", with_probe=False
-    )
+    """When the time limit passes while no learner code runs (a wait that never ends, with another thread
+    alive), does the message say so, naming the lab but no line, instead of a loop "stopped at" nowhere?"""
+    fault = f"{OTHER_THREAD}; import asyncio; return asyncio.Event().wait()"
+    folder = faulty_folder(course, checkpoint, tmp_path, "add", fault, with_probe=False)
     (folder / "tests" / "test_probe.py").write_text(WAITING_PROBE, encoding="utf-8")
     result = probe(folder, "--timeout", "1")
     assert result.finished and not result.timed_out
@@ -151,6 +155,111 @@ def test_a_wait_that_never_ends_is_told_from_an_endless_loop(
     assert str(waited.message).startswith("Timeout (>1s): the test did not finish while none of your code")
     assert "Lab 1.1 probably waits for something that never comes" in str(waited.message)
     assert "stopped at" not in str(waited.message)
+
+
+def test_a_loop_that_nothing_can_wake_fails_long_before_the_time_limit(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """When the learner's code awaits what no one will ever deliver (no timer, no file, no other thread),
+    does the test fail as stuck, naming the lab, instead of sitting out a time limit of a minute?"""
+    fault = "import asyncio; return asyncio.Event().wait()"
+    folder = faulty_folder(course, checkpoint, tmp_path, "add", fault, with_probe=False)
+    (folder / "tests" / "test_probe.py").write_text(WAITING_PROBE, encoding="utf-8")
+    result = probe(folder, "--timeout", "60")
+    assert result.finished and not result.timed_out
+    waited = by_name(result)["test_waits_on_the_learner"]
+    assert waited.outcome == "failed"
+    assert str(waited.message).startswith("Stuck: the test waits, and no timer, file or other thread is left")
+    assert "Lab 1.1 probably waits for something that never comes" in str(waited.message)
+    assert "Timeout" not in str(waited.message)
+
+
+WAKING_PROBE = """
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+#: Longer than the plugin's look at a stuck loop (half a second): each wait below ends only after it.
+LATER = 1.2
+
+
+async def _woken_by_a_thread():
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    threading.Timer(LATER, lambda: loop.call_soon_threadsafe(done.set_result, "thread")).start()
+    return await done
+
+
+async def _woken_by_a_child_writing():
+    reader, writer = socket.socketpair()
+    child = subprocess.Popen(
+        [sys.executable, "-c", f"import os, time; time.sleep({LATER}); os.write({writer.fileno()}, b'x')"],
+        pass_fds=[writer.fileno()],
+    )
+    writer.close()
+    try:
+        incoming, _ = await asyncio.open_connection(sock=reader)
+        return (await incoming.read(1)).decode()
+    finally:
+        child.wait()
+
+
+async def _woken_by_a_signal():
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.add_signal_handler(signal.SIGUSR1, done.set_result, "signal")
+    kill = f"import os, signal, time; time.sleep({LATER}); os.kill({os.getpid()}, signal.SIGUSR1)"
+    child = subprocess.Popen([sys.executable, "-c", kill])
+    try:
+        return await done
+    finally:
+        loop.remove_signal_handler(signal.SIGUSR1)
+        child.wait()
+
+
+async def _woken_by_a_subprocess():
+    child = await asyncio.create_subprocess_exec(sys.executable, "-c", f"import time; time.sleep({LATER})")
+    return await child.wait()
+
+
+@pytest.mark.lab1_1
+@pytest.mark.parametrize(
+    ("wait", "expected"),
+    [
+        (_woken_by_a_thread, "thread"),
+        (_woken_by_a_child_writing, "x"),
+        (_woken_by_a_signal, "signal"),
+        (_woken_by_a_subprocess, 0),
+    ],
+)
+def test_woken(wait, expected):
+    assert asyncio.run(wait()) == expected
+"""
+
+
+def test_waits_that_something_will_end_are_never_taken_for_stuck(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """A loop with nothing ready can still be woken: by another thread, a file a child writes to, a signal
+    it handles, a subprocess it waits for. Does each such wait, longer than the look at a stuck loop,
+    pass?"""
+    folder = make_folder(course, checkpoint, tmp_path / "p")
+    solve(course, checkpoint, folder)
+    (folder / "tests" / "test_probe.py").write_text(WAKING_PROBE, encoding="utf-8")
+    result = probe(folder, "--timeout", "30")
+    assert result.finished and not result.timed_out
+    assert {name: record.outcome for name, record in by_name(result).items()} == {
+        "test_woken[_woken_by_a_thread-thread]": "passed",
+        "test_woken[_woken_by_a_child_writing-x]": "passed",
+        "test_woken[_woken_by_a_signal-signal]": "passed",
+        "test_woken[_woken_by_a_subprocess-0]": "passed",
+    }, [record.message for record in result.tests]
 
 
 @pytest.mark.parametrize("fault", ["import sys; sys.exit(3)", "raise SystemExit", "import os; os._exit(3)"])

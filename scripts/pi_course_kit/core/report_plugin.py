@@ -92,6 +92,9 @@ GRADING_ENV = "PI_COURSE_GRADING"
 REPEAT_TIMEOUT = 0.1
 LOOP_CPU = 2.0
 REPEAT_CPU = 0.3
+#: How long an event loop that nothing can wake (see `_waits_forever`) is watched before the test
+#: fails, seconds: a certainty, so a short look, where the time limit would make the learner wait.
+STUCK_WAIT = 0.5
 
 
 class LearnerTimeout(BaseException):
@@ -137,6 +140,46 @@ def _standing_in(frame: FrameType | None, code: set[tuple[str, str]]) -> FrameTy
             return frame
         frame = frame.f_back
     return None
+
+
+def _threads_of_this_process() -> int:
+    """Every thread of the process, those C code started included (Linux), else Python's own."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def _waits_forever(frame: FrameType | None) -> bool:
+    """Is the interrupted main thread an asyncio loop that nothing left can ever wake?
+
+    That is: the loop sleeps in its selector with no time limit (no callback ready, no timer), it
+    watches no file but its own wake-up pipe, it handles no signal, and the process has no other
+    thread that could hand it a callback. Then every task waits for something no one can deliver,
+    and the test would only sit out its time limit. Read from the loop's own fields, since asyncio
+    has no public way to ask this; any field not found means "not proven", never "stuck".
+    """
+    if (
+        frame is None
+        or frame.f_code.co_name != "select"
+        or not frame.f_code.co_filename.endswith("selectors.py")
+    ):
+        return False
+    caller = frame.f_back
+    if (
+        caller is None
+        or caller.f_code.co_name != "_run_once"
+        or caller.f_locals.get("timeout", 0) is not None
+    ):
+        return False
+    loop = caller.f_locals.get("self")
+    try:
+        watched = [key.fd for key in loop._selector.get_map().values()]
+        waker = loop._ssock.fileno()
+        handlers = loop._signal_handlers
+    except (AttributeError, OSError, ValueError):
+        return False
+    return watched == [waker] and not handlers and _threads_of_this_process() == 1
 
 
 def _marker_names(expression: str) -> set[str]:
@@ -1167,8 +1210,10 @@ class ReportPlugin:
         The test is looked at every REPEAT_TIMEOUT seconds. One call of the learner's code that has
         used LOOP_CPU seconds of CPU on its own is an endless loop (the functions of these labs take
         milliseconds), and so is a call of a function an earlier test already looped in, after
-        REPEAT_CPU; anything else runs to the item's time limit. CPU time of one call, so that a busy
-        machine, a test waiting on I/O, or many quick calls are never taken for a loop.
+        REPEAT_CPU. An event loop that nothing can wake any more (`_waits_forever`) fails the test once
+        it has been seen so for STUCK_WAIT seconds; anything else runs to the item's time limit. CPU time
+        of one call, so that a busy machine, a test waiting on I/O, or many quick calls are never taken
+        for a loop.
         """
         limit = float(getattr(item, "_pi_limit", 0) or 0)
         if not 0 < limit < math.inf:
@@ -1178,6 +1223,7 @@ class ReportPlugin:
         root, stuck = self.root, self.stuck_code
         started = time.monotonic()
         watched: list[Any] = [None, 0.0]  # the learner call being watched, and the CPU clock when first seen
+        stuck: list[float | None] = [None]  # since when the loop has been found waiting forever
 
         def looping(frame: FrameType | None) -> float | None:
             """The CPU seconds one learner call has spun for, once past its allowance; else None."""
@@ -1194,6 +1240,17 @@ class ReportPlugin:
             if in_ast_work(frame) and left > -AST_GRACE:
                 signal.setitimer(signal.ITIMER_REAL, AST_RETRY)
                 return
+            if left > 0 and _waits_forever(frame):
+                since = stuck[0] = stuck[0] or time.monotonic()
+                if time.monotonic() - since >= STUCK_WAIT:
+                    raise LearnerTimeout(
+                        _(
+                            "Stuck: the test waits, and no timer, file or other thread is left that could "
+                            "wake it; Lab {lab} probably waits for something that never comes"
+                        ).format(lab=lab)
+                    )
+            else:
+                stuck[0] = None
             spun = looping(frame) if left > 0 else None
             if left > 0 and spun is None:
                 signal.setitimer(signal.ITIMER_REAL, min(REPEAT_TIMEOUT, left))
