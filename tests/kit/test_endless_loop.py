@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,40 @@ def test_many_quick_calls_are_not_taken_for_a_loop(
     assert result.finished, result.output[-2000:]
     (record,) = result.tests
     assert record.outcome == "passed", record
+
+
+SECOND_LAB_CALLS_THE_LOOP = '''
+"""A test of another lab that calls the function an earlier test already looped in."""
+
+import pytest
+
+from fx_course import Counter
+
+
+@pytest.mark.lab1_1
+def test_first_loop() -> None:
+    Counter().add()
+
+
+@pytest.mark.lab1_2
+def test_second_loop_in_the_same_function() -> None:
+    Counter().add()
+'''
+#: The plugin's allowance for one call (report_plugin.LOOP_CPU), which a known loop must not need again.
+LOOP_CPU = 2.0
+
+
+def test_a_loop_already_found_is_stopped_sooner_the_second_time(looping: tuple[Path, int]) -> None:
+    """Once a call looped in a function, is the next call of it (from another lab's test) stopped after a
+    fraction of the CPU the first one was allowed, so that one mistake does not cost its time twice?"""
+    folder, _line = looping
+    (folder / "tests" / "test_twice.py").write_text(SECOND_LAB_CALLS_THE_LOOP, encoding="utf-8")
+    result = run_tests(folder, ["tests/test_twice.py", "--timeout", "60"], timeout=120)
+    assert result.finished, result.output[-2000:]
+    spent = {}
+    for record in result.tests:
+        found = re.search(r"spun for ([\d.]+)s", str(record.message))
+        assert record.outcome == "failed" and found, record
+        spent[str(record.nodeid).rsplit("::", 1)[-1]] = float(found.group(1))
+    assert spent["test_first_loop"] >= LOOP_CPU
+    assert spent["test_second_loop_in_the_same_function"] < LOOP_CPU / 2

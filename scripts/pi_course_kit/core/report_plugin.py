@@ -172,7 +172,7 @@ def _waits_forever(frame: FrameType | None) -> bool:
         or caller.f_locals.get("timeout", 0) is not None
     ):
         return False
-    loop = caller.f_locals.get("self")
+    loop: Any = caller.f_locals.get("self")
     try:
         watched = [key.fd for key in loop._selector.get_map().values()]
         waker = loop._ssock.fileno()
@@ -1223,7 +1223,7 @@ class ReportPlugin:
         root, stuck = self.root, self.stuck_code
         started = time.monotonic()
         watched: list[Any] = [None, 0.0]  # the learner call being watched, and the CPU clock when first seen
-        stuck: list[float | None] = [None]  # since when the loop has been found waiting forever
+        asleep: list[float | None] = [None]  # since when the loop has been found waiting forever
 
         def looping(frame: FrameType | None) -> float | None:
             """The CPU seconds one learner call has spun for, once past its allowance; else None."""
@@ -1241,7 +1241,7 @@ class ReportPlugin:
                 signal.setitimer(signal.ITIMER_REAL, AST_RETRY)
                 return
             if left > 0 and _waits_forever(frame):
-                since = stuck[0] = stuck[0] or time.monotonic()
+                since = asleep[0] = asleep[0] or time.monotonic()
                 if time.monotonic() - since >= STUCK_WAIT:
                     raise LearnerTimeout(
                         _(
@@ -1250,7 +1250,7 @@ class ReportPlugin:
                         ).format(lab=lab)
                     )
             else:
-                stuck[0] = None
+                asleep[0] = None
             spun = looping(frame) if left > 0 else None
             if left > 0 and spun is None:
                 signal.setitimer(signal.ITIMER_REAL, min(REPEAT_TIMEOUT, left))
