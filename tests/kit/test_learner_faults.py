@@ -296,3 +296,52 @@ def test_exiting_while_importing_is_a_located_import_error(
     assert error.location == f"fx_course/counter.py:{fault_line(folder)}"
     assert error.lab == "1.2"
     assert ("sys.exit(4)" if "sys" in fault else "os._exit(4)") in error.message
+
+
+FINALIZER_PROBE = '''
+"""A failure rendered while garbage waits whose finalizer fails (as an asyncio test can leave behind)."""
+
+import gc
+
+import pytest
+
+#: Enough garbage to outlast the collections between the test's end and its failure's rendering.
+LEFT = [20000]
+
+
+class Cycle:
+    """Garbage that, collected, fails in its finalizer (pytest renders that traceback on the spot) and
+    leaves the next such garbage behind."""
+
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        if LEFT[0] > 0:
+            LEFT[0] -= 1
+            Cycle()
+            self.share = [LEFT[0] / 0]
+
+
+@pytest.mark.lab1_1
+def test_fails_while_garbage_waits():
+    Cycle()
+    gc.set_threshold(1)  # a collection at every allocation, the parse of the failure's source included
+    assert [1, 2, 3] == [1, 2, 4]
+'''
+
+
+def test_a_failure_rendered_during_a_collection_is_reported_not_an_internal_error(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """On CPython 3.11, a collection inside pytest's parse of a failing test's source could run a finalizer
+    whose traceback parses again, and the run ended in `SystemError: AST constructor recursion depth
+    mismatch` (an INTERNALERROR; seen with a 9.2 mistake on the second run of a folder). Does the
+    failure come back as an ordinary one instead?"""
+    folder = make_folder(course, checkpoint, tmp_path / "p")
+    solve(course, checkpoint, folder)
+    (folder / "tests" / "test_probe.py").write_text(FINALIZER_PROBE, encoding="utf-8")
+    result = probe(folder)
+    assert result.finished and "INTERNALERROR" not in result.output, result.output[-3000:]
+    (record,) = result.tests
+    assert record.outcome == "failed" and "[1, 2, 3] == [1, 2, 4]" in str(record.message), record

@@ -1352,7 +1352,18 @@ class ReportPlugin:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         """Record the phase that decides the test's outcome."""
-        report: pytest.TestReport = yield
+        # pytest renders a failure's source with ast.parse. On CPython 3.11 a garbage collection inside
+        # it can run a finalizer whose warning renders a traceback, which parses again and corrupts the
+        # outer parse's depth count: "SystemError: AST constructor recursion depth mismatch" and an
+        # INTERNALERROR (an asyncio test leaves such garbage). No collection while a failure renders.
+        collecting = call.excinfo is not None and gc.isenabled()
+        if collecting:
+            gc.disable()
+        try:
+            report: pytest.TestReport = yield
+        finally:
+            if collecting:
+                gc.enable()
         if report.when == "call" and report.passed and not self.rerunning:
             self.passed_now.append(report.nodeid)
         decisive = report.when == "call" or report.outcome != "passed"
