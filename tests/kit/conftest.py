@@ -97,16 +97,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """`-n auto` (pyproject's addopts): one and a half workers per usable CPU, three on two cores.
+    """`-n auto` (pyproject's addopts): one worker per usable CPU, two on two cores.
 
-    A worker spends about a fifth of its time waiting, not computing: on the time limits its tests
-    check, on the processes they start, on the browser going idle. A third worker fills that time. A
-    number in PYTEST_XDIST_AUTO_NUM_WORKERS still wins (xdist's own rule).
+    A worker used to wait about a third of its time (a browser page going quiet, a kernel settling, a
+    time limit running out), and a third worker on two cores filled it. The waits are now for what
+    each page or kernel needs, so one worker per core keeps both busy without crowding them, which is
+    what the tests' own time limits assume. A number in PYTEST_XDIST_AUTO_NUM_WORKERS still wins
+    (xdist's own rule).
     """
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return cpus + max(1, cpus // 2)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @functools.cache
