@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from conftest import FIXTURE
-from pi_course_kit.core import manifest
+from pi_course_kit.core import i18n, manifest
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.instructor.grade import bwrap
 from pi_course_kit.instructor.grade import grader as grading
@@ -475,3 +475,33 @@ def test_a_lab_that_hangs_costs_that_lab_and_the_others_are_graded(
     labs = {lab.id: (lab.passed, lab.total) for lab in record.labs}
     assert record.status == grading.PARTIAL, (record.status, record.message, record.flags)
     assert labs["1.1"] == (2, 2) and labs["1.2"] == (0, 3)
+
+
+#: Lab 1.2's reset awaits what no one will ever deliver: an event loop that nothing can wake.
+AWAITING_RESET = """
+
+import asyncio as _asyncio
+
+Counter.reset = lambda self: _asyncio.run(_asyncio.Event().wait())  # type: ignore[method-assign]
+"""
+
+
+def test_a_lab_whose_loop_nothing_can_wake_is_stuck_at_once_and_the_others_are_graded(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lab 1.2 awaits, in every test, an event no one will set: inside the sandbox, does each test fail as
+    stuck (not at the per-test limit) and Lab 1.1 still get graded in full?"""
+    monkeypatch.setenv(i18n.LANG_ENV, "en")
+    folder = make_learner(course, checkpoint, tmp_path / "awaits", labs_from_solution=True)
+    tool = folder / TEACHING
+    tool.write_text(tool.read_text(encoding="utf-8") + AWAITING_RESET, encoding="utf-8")
+    grader = grading.Grader(course, Limits(wall_seconds=60, cpu_seconds=60), jobs=1)
+    try:
+        record = grader.grade_all([folder])[0]
+    finally:
+        grader.close()
+    labs = {lab.id: (lab.passed, lab.total) for lab in record.labs}
+    assert record.status == grading.PARTIAL, (record.status, record.message, record.flags)
+    assert labs["1.1"] == (2, 2) and labs["1.2"] == (0, 3)
+    (stuck,) = [lab.first_failure for lab in record.labs if lab.id == "1.2"]
+    assert stuck.startswith("Stuck: the test waits"), stuck

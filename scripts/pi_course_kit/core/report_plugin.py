@@ -100,6 +100,10 @@ STUCK_WAIT = 0.5
 class LearnerTimeout(BaseException):
     """A test ran past its time limit. A BaseException, so hypothesis does not catch it and replay the loop."""
 
+    #: Stopped waiting on an event loop that nothing can wake, not spinning: the lab's other tests are
+    #: not skipped as if they would run into a loop, since each of them is stopped as soon.
+    waits_forever = False
+
 
 class RefusedRun(KeyboardInterrupt):
     """Ends a run before it starts, its one line already written (pytest adds nothing to an interrupt then)."""
@@ -1243,12 +1247,14 @@ class ReportPlugin:
             if left > 0 and _waits_forever(frame):
                 since = asleep[0] = asleep[0] or time.monotonic()
                 if time.monotonic() - since >= STUCK_WAIT:
-                    raise LearnerTimeout(
+                    stuck_here = LearnerTimeout(
                         _(
                             "Stuck: the test waits, and no timer, file or other thread is left that could "
                             "wake it; Lab {lab} probably waits for something that never comes"
                         ).format(lab=lab)
                     )
+                    stuck_here.waits_forever = True
+                    raise stuck_here
             else:
                 asleep[0] = None
             spun = looping(frame) if left > 0 else None
@@ -1394,7 +1400,7 @@ class ReportPlugin:
                     full = Path(path) if Path(path).is_absolute() else self.root / path
                     record.owner_lab = lab_of_line(full, int(line))
                     record.function = function_at(full, int(line))
-                if isinstance(error, LearnerTimeout):
+                if isinstance(error, LearnerTimeout) and not error.waits_forever:
                     self._remember_loop(record.lab, record.owner_lab, call.excinfo)
                 if isinstance(error, AssertionError):
                     record.diff = readable_diff(str(error))

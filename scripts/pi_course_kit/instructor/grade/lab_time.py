@@ -71,8 +71,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Note the lab of a test that a time limit stopped (in setup, call or teardown)."""
     report = yield
     excinfo = call.excinfo
-    if excinfo is not None and (
-        excinfo.typename in TIMEOUT_TYPES or str(excinfo.value).startswith("Timeout")
+    # A test stopped on an event loop that nothing can wake (the report plugin's `Stuck`) took half a
+    # second, not a time limit: the lab's other tests run and show their own results.
+    if (
+        excinfo is not None
+        and getattr(excinfo.value, "waits_forever", False) is not True
+        and (excinfo.typename in TIMEOUT_TYPES or str(excinfo.value).startswith("Timeout"))
     ):
         lab = _lab_of(item)
         if lab is not None:
