@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -341,19 +342,29 @@ def _functions(path: Path) -> tuple[tuple[str, int, int, int], ...]:
     return _parsed_functions(str(path), info.st_mtime_ns, info.st_size)
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No garbage collection while the body runs, when the body parses Python source.
+
+    CPython 3.11 raises SystemError ("AST constructor recursion depth mismatch") when a collection
+    inside a parse runs a finalizer that parses again (a learner's never-retrieved task exception is
+    logged with a rendered traceback): the nested parse resets the outer one's depth count.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 @functools.lru_cache(maxsize=32)
 def _parsed_functions(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, int, int, int], ...]:
     try:
         source = Path(path).read_text(encoding="utf-8")
-        # CPython 3.11 raises SystemError ("AST constructor recursion depth mismatch") when a garbage
-        # collection inside the parse logs a learner's never-retrieved task exception: no collection then.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             tree = ast.parse(source)
-        finally:
-            if collecting:
-                gc.enable()
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError, SystemError):
         return ()
     found: list[tuple[str, int, int, int]] = []

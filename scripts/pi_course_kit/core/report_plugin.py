@@ -37,6 +37,7 @@ from pi_course_records import (
     CollectError,
     NextStep,
     TestRecord,
+    collector_paused,
     defined_at,
     edit_target,
     function_at,
@@ -1358,18 +1359,10 @@ class ReportPlugin:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         """Record the phase that decides the test's outcome."""
-        # pytest renders a failure's source with ast.parse. On CPython 3.11 a garbage collection inside
-        # it can run a finalizer whose warning renders a traceback, which parses again and corrupts the
-        # outer parse's depth count: "SystemError: AST constructor recursion depth mismatch" and an
-        # INTERNALERROR (an asyncio test leaves such garbage). No collection while a failure renders.
-        collecting = call.excinfo is not None and gc.isenabled()
-        if collecting:
-            gc.disable()
-        try:
+        # pytest renders a failure's source with ast.parse: with a collection inside it, CPython 3.11 ends
+        # the run in an INTERNALERROR (`collector_paused`; an asyncio test leaves the garbage that does it).
+        with collector_paused() if call.excinfo is not None else contextlib.nullcontext():
             report: pytest.TestReport = yield
-        finally:
-            if collecting:
-                gc.enable()
         if report.when == "call" and report.passed and not self.rerunning:
             self.passed_now.append(report.nodeid)
         decisive = report.when == "call" or report.outcome != "passed"
