@@ -459,15 +459,15 @@ Counter.reset = _functools.partial(_time.sleep, 3600)  # type: ignore[method-ass
 """
 
 
-def test_a_lab_that_hangs_costs_that_lab_and_the_others_are_graded(
-    course: Course, checkpoint: Checkpoint, tmp_path: Path
-) -> None:
-    """Lab 1.2 hangs in every test: is Lab 1.1 still graded in full, the run not stopped at its wall time?"""
-    folder = make_learner(course, checkpoint, tmp_path / "hangs", labs_from_solution=True)
+def graded_with_reset(
+    course: Course, checkpoint: Checkpoint, folder: Path, reset: str, seconds: int
+) -> grading.LearnerRecord:
+    """A finished learner whose teaching file ends with `reset` (Lab 1.2's fault), graded alone within
+    `seconds` of wall and CPU time; checks that only Lab 1.2 is lost."""
+    make_learner(course, checkpoint, folder, labs_from_solution=True)
     tool = folder / TEACHING
-    tool.write_text(tool.read_text(encoding="utf-8") + BLOCKING_RESET, encoding="utf-8")
-    # Three tests of Lab 1.2 at the 10 s per-test limit outlast 25 s; one does not.
-    grader = grading.Grader(course, Limits(wall_seconds=25, cpu_seconds=25), jobs=1)
+    tool.write_text(tool.read_text(encoding="utf-8") + reset, encoding="utf-8")
+    grader = grading.Grader(course, Limits(wall_seconds=seconds, cpu_seconds=seconds), jobs=1)
     try:
         record = grader.grade_all([folder])[0]
     finally:
@@ -475,6 +475,15 @@ def test_a_lab_that_hangs_costs_that_lab_and_the_others_are_graded(
     labs = {lab.id: (lab.passed, lab.total) for lab in record.labs}
     assert record.status == grading.PARTIAL, (record.status, record.message, record.flags)
     assert labs["1.1"] == (2, 2) and labs["1.2"] == (0, 3)
+    return record
+
+
+def test_a_lab_that_hangs_costs_that_lab_and_the_others_are_graded(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Lab 1.2 hangs in every test: is Lab 1.1 still graded in full, the run not stopped at its wall time?"""
+    # Three tests of Lab 1.2 at the 10 s per-test limit outlast 25 s; one does not.
+    graded_with_reset(course, checkpoint, tmp_path / "hangs", BLOCKING_RESET, 25)
 
 
 #: Lab 1.2's reset awaits what no one will ever deliver: an event loop that nothing can wake.
@@ -492,16 +501,6 @@ def test_a_lab_whose_loop_nothing_can_wake_is_stuck_at_once_and_the_others_are_g
     """Lab 1.2 awaits, in every test, an event no one will set: inside the sandbox, does each test fail as
     stuck (not at the per-test limit) and Lab 1.1 still get graded in full?"""
     monkeypatch.setenv(i18n.LANG_ENV, "en")
-    folder = make_learner(course, checkpoint, tmp_path / "awaits", labs_from_solution=True)
-    tool = folder / TEACHING
-    tool.write_text(tool.read_text(encoding="utf-8") + AWAITING_RESET, encoding="utf-8")
-    grader = grading.Grader(course, Limits(wall_seconds=60, cpu_seconds=60), jobs=1)
-    try:
-        record = grader.grade_all([folder])[0]
-    finally:
-        grader.close()
-    labs = {lab.id: (lab.passed, lab.total) for lab in record.labs}
-    assert record.status == grading.PARTIAL, (record.status, record.message, record.flags)
-    assert labs["1.1"] == (2, 2) and labs["1.2"] == (0, 3)
+    record = graded_with_reset(course, checkpoint, tmp_path / "awaits", AWAITING_RESET, 60)
     (stuck,) = [lab.first_failure for lab in record.labs if lab.id == "1.2"]
     assert stuck.startswith("Stuck: the test waits"), stuck

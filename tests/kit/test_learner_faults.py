@@ -140,21 +140,27 @@ def test_waits_on_the_learner():
 OTHER_THREAD = "import threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True).start()"
 
 
+def waited_message(course: Course, checkpoint: Checkpoint, root: Path, fault: str, limit: str) -> str:
+    """The failure message of WAITING_PROBE's test when Counter.add starts with `fault`, under `limit` s."""
+    folder = faulty_folder(course, checkpoint, root, "add", fault, with_probe=False)
+    (folder / "tests" / "test_probe.py").write_text(WAITING_PROBE, encoding="utf-8")
+    result = probe(folder, "--timeout", limit)
+    assert result.finished and not result.timed_out
+    waited = by_name(result)["test_waits_on_the_learner"]
+    assert waited.outcome == "failed"
+    return str(waited.message)
+
+
 def test_a_wait_that_never_ends_is_told_from_an_endless_loop(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
     """When the time limit passes while no learner code runs (a wait that never ends, with another thread
     alive), does the message say so, naming the lab but no line, instead of a loop "stopped at" nowhere?"""
     fault = f"{OTHER_THREAD}; import asyncio; return asyncio.Event().wait()"
-    folder = faulty_folder(course, checkpoint, tmp_path, "add", fault, with_probe=False)
-    (folder / "tests" / "test_probe.py").write_text(WAITING_PROBE, encoding="utf-8")
-    result = probe(folder, "--timeout", "1")
-    assert result.finished and not result.timed_out
-    waited = by_name(result)["test_waits_on_the_learner"]
-    assert waited.outcome == "failed"
-    assert str(waited.message).startswith("Timeout (>1s): the test did not finish while none of your code")
-    assert "Lab 1.1 probably waits for something that never comes" in str(waited.message)
-    assert "stopped at" not in str(waited.message)
+    message = waited_message(course, checkpoint, tmp_path, fault, "1")
+    assert message.startswith("Timeout (>1s): the test did not finish while none of your code")
+    assert "Lab 1.1 probably waits for something that never comes" in message
+    assert "stopped at" not in message
 
 
 def test_a_loop_that_nothing_can_wake_fails_long_before_the_time_limit(
@@ -162,16 +168,12 @@ def test_a_loop_that_nothing_can_wake_fails_long_before_the_time_limit(
 ) -> None:
     """When the learner's code awaits what no one will ever deliver (no timer, no file, no other thread),
     does the test fail as stuck, naming the lab, instead of sitting out a time limit of a minute?"""
-    fault = "import asyncio; return asyncio.Event().wait()"
-    folder = faulty_folder(course, checkpoint, tmp_path, "add", fault, with_probe=False)
-    (folder / "tests" / "test_probe.py").write_text(WAITING_PROBE, encoding="utf-8")
-    result = probe(folder, "--timeout", "60")
-    assert result.finished and not result.timed_out
-    waited = by_name(result)["test_waits_on_the_learner"]
-    assert waited.outcome == "failed"
-    assert str(waited.message).startswith("Stuck: the test waits, and no timer, file or other thread is left")
-    assert "Lab 1.1 probably waits for something that never comes" in str(waited.message)
-    assert "Timeout" not in str(waited.message)
+    message = waited_message(
+        course, checkpoint, tmp_path, "import asyncio; return asyncio.Event().wait()", "60"
+    )
+    assert message.startswith("Stuck: the test waits, and no timer, file or other thread is left")
+    assert "Lab 1.1 probably waits for something that never comes" in message
+    assert "Timeout" not in message
 
 
 WAKING_PROBE = """
