@@ -32,6 +32,7 @@ from learner_support import CLI
 from pi_course_kit.core import i18n
 from pi_course_kit.core.i18n import QUESTIONS_EN, read_questions
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.records import question_of
 from pi_course_kit.instructor.grade import cli as grade_cli
 from sample_class import sample_class
 
@@ -228,14 +229,12 @@ QUOTED = re.compile(r"\"[^\"\n]*\"")
 
 
 def _focused_tests(course: Course) -> dict[str, dict[str, str]]:
-    """Each focused test module's test functions and the first line of their docstrings."""
+    """Each focused test module's test functions and the questions their docstrings ask."""
     found: dict[str, dict[str, str]] = {}
     for path in sorted((course.root / "tests" / "focused").glob("test_*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         found[path.stem] = {
-            node.name: (ast.get_docstring(node) or "").strip().splitlines()[0]
-            if ast.get_docstring(node)
-            else ""
+            node.name: question_of(ast.get_docstring(node) or "")
             for node in ast.walk(tree)
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
         }
@@ -267,6 +266,35 @@ def test_every_focused_test_asks_its_question_in_chinese_and_has_its_english_for
         if chinese_line(QUOTED.sub("", text)) or not text.endswith("?")
     ]
     assert chinese == []
+
+
+def test_a_question_wrapped_across_lines_is_read_whole() -> None:
+    """Is a question wrapped in the source read whole: no space added at a break between two Chinese
+    characters, one space at a break beside a Latin word, and the paragraph after a blank line left out?"""
+    doc = """取消恰好在 shell 启动期间到达时，
+        是否仍然生效：命令被结束，结果是
+        aborted 吗？
+
+        这一段是说明，不是问题。"""
+    assert (
+        question_of(doc) == "取消恰好在 shell 启动期间到达时，是否仍然生效：命令被结束，结果是 aborted 吗？"
+    )
+    assert question_of("Does the call end\n    with `aborted`?\n\n    Details.") == (
+        "Does the call end with `aborted`?"
+    )
+    assert question_of("") == ""
+
+
+def test_every_question_a_focused_test_asks_ends_as_a_question(real_course: Course) -> None:
+    """Does every focused test's question, read whole, end with a question mark (no question cut at a
+    line break)?"""
+    cut = [
+        f"{module}::{name}: {question}"
+        for module, names in _focused_tests(real_course).items()
+        for name, question in names.items()
+        if "？" not in question and "?" not in question
+    ]
+    assert cut == []
 
 
 def test_every_lab_and_checkpoint_of_the_course_has_its_english_title_and_hints(real_course: Course) -> None:

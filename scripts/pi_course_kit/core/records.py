@@ -63,6 +63,28 @@ def clean(text: object, limit: int = MAX_MESSAGE) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value)[:limit]
 
 
+def _wide(char: str) -> bool:
+    return unicodedata.east_asian_width(char) in "WF"
+
+
+def question_of(doc: str) -> str:
+    """The question a test's docstring asks: its first paragraph, whose lines are joined again.
+
+    A long question is wrapped to the line limit in the source. Two wrapped lines join with no space
+    where both sides of the break are wide (CJK) characters, as Chinese is written, and with one
+    space otherwise (between English words, and between a Chinese and a Latin word, as the course
+    spaces them).
+    """
+    question = ""
+    for raw in doc.strip().splitlines():
+        line = raw.strip()
+        if not line:
+            break
+        gap = "" if not question or (_wide(question[-1]) and _wide(line[0])) else " "
+        question += gap + line
+    return question
+
+
 def status_of(value: object) -> Status | None:
     """A status read from a record, or None when it is not one."""
     try:

@@ -7,11 +7,12 @@ from functools import cache
 from pathlib import Path
 
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.records import question_of
 
 
 @cache
 def _docstrings(path: Path) -> dict[str, str]:
-    """`name` or `Class::name` -> first docstring line, for every test function in a file."""
+    """`name` or `Class::name` -> the question its docstring asks, for every test function in a file."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError):
@@ -23,7 +24,7 @@ def _docstrings(path: Path) -> dict[str, str]:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 doc = ast.get_docstring(node)
                 if doc:
-                    found[prefix + node.name] = doc.strip().splitlines()[0]
+                    found[prefix + node.name] = question_of(doc)
             elif isinstance(node, ast.ClassDef):
                 visit(node.body, f"{prefix}{node.name}::")
 
@@ -32,7 +33,7 @@ def _docstrings(path: Path) -> dict[str, str]:
 
 
 def question(course: Course, checkpoint: Checkpoint, nodeid: str) -> str:
-    """The question a test asks (its docstring's first line), or "" when it has none."""
+    """The question a test asks (its docstring's first paragraph), or "" when it has none."""
     file, _, name = nodeid.partition("::")
     name = name.split("[", 1)[0]  # a parametrised case asks its function's question
     for relative in checkpoint.tree_tests:
