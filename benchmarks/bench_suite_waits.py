@@ -24,6 +24,7 @@ import bisect
 import collections
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -122,6 +123,11 @@ def report(
     print(
         f"wall {span:.0f} s, busy CPU {total_busy:.0f} s, idle core time {total_idle:.0f} s ({cores} cores)"
     )
+    # The tail: a worker that runs out of groups early leaves its core idle until the last one ends.
+    origin = samples[0][0] if samples else 0.0
+    for worker, done in sorted(runs.items()):
+        if done:
+            print(f"{worker}: {len(done)} tests, last one ended at {done[-1][1] - origin:.0f} s")
     print("\n| idle s | wall s | busy s | test |\n| ---: | ---: | ---: | --- |")
     for name, seconds in sorted(idle.items(), key=lambda item: -item[1])[:top]:
         print(f"| {seconds:.0f} | {wall[name]:.0f} | {busy[name]:.0f} | `{name}` |")
@@ -131,6 +137,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--workers", default="2", help="xdist workers (default: 2)")
     parser.add_argument("--top", type=int, default=15, help="rows to print (default: 15)")
+    parser.add_argument("--keep", type=Path, help="copy the per-worker start/end logs into this folder")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments, after --")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-waits-") as scratch:
@@ -149,6 +156,8 @@ def main() -> int:
         stop.set()
         sampler.join()
         report(samples, _runs(logs), args.top)
+        if args.keep:
+            shutil.copytree(logs, args.keep, dirs_exist_ok=True)
     return code
 
 
