@@ -501,6 +501,11 @@ async def _notebook(
     return visit, low, outputs
 
 
+def _kernels(lab: Lab, name: str) -> list[dict[str, Any]]:
+    """The kernels of the notebook `name`'s sessions, as JupyterLab's REST API describes them."""
+    return [s["kernel"] for s in lab.api("GET", "/api/sessions") if s.get("path") == name]
+
+
 def _kernel_settled(lab: Lab, name: str) -> None:
     """Wait until the notebook's kernel is connected and has been idle for a second (JupyterLab's REST API).
 
@@ -510,7 +515,7 @@ def _kernel_settled(lab: Lab, name: str) -> None:
     """
     deadline, quiet_since = time.monotonic() + BUSY_BOUND, None
     while time.monotonic() < deadline:
-        kernels = [s["kernel"] for s in lab.api("GET", "/api/sessions") if s.get("path") == name]
+        kernels = _kernels(lab, name)
         idle = bool(kernels) and all(
             k.get("execution_state") == "idle" and k.get("connections", 0) >= 1 for k in kernels
         )
@@ -537,8 +542,7 @@ def _kernel_released(lab: Lab, name: str) -> None:
     """
     deadline = time.monotonic() + BUSY_BOUND
     while time.monotonic() < deadline:
-        kernels = [s["kernel"] for s in lab.api("GET", "/api/sessions") if s.get("path") == name]
-        if all(k.get("connections", 0) == 0 for k in kernels):
+        if all(k.get("connections", 0) == 0 for k in _kernels(lab, name)):
             return
         time.sleep(0.05)
     raise TimeoutError
