@@ -264,6 +264,22 @@ def test_waits_that_something_will_end_are_never_taken_for_stuck(
     }, [record.message for record in result.tests]
 
 
+@pytest.mark.parametrize(("pause", "runs"), [(0.0, 2), (1.5, 1)], ids=["computes", "waits"])
+def test_a_failure_that_waited_is_not_run_again_to_be_traced(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path, pause: float, runs: int
+) -> None:
+    """Is a failed test run a second time (traced) only when it did not wait: a red that sleeps 1.5 s
+    comes back once, its edit line still naming the lab's function, while a quick red is traced?"""
+    calls = tmp_path / "calls.log"
+    fault = f"open({str(calls)!r}, 'a').write('x'); __import__('time').sleep({pause}); return -1"
+    folder = faulty_folder(course, checkpoint, tmp_path, "add", fault)
+    result = probe(folder, "-k", "test_plain_call")
+    record = by_name(result)["test_plain_call"]
+    assert record.outcome == "failed"
+    assert calls.read_text(encoding="utf-8") == "x" * runs
+    assert str(record.function).split(", ")[0] == "Counter.add"
+
+
 @pytest.mark.parametrize("fault", ["import sys; sys.exit(3)", "raise SystemExit", "import os; os._exit(3)"])
 def test_exiting_inside_a_test_still_ends_in_a_report(
     fault: str, course: Course, checkpoint: Checkpoint, tmp_path: Path

@@ -97,6 +97,11 @@ REPEAT_CPU = 0.3
 #: How long an event loop that nothing can wake (see `_waits_forever`) is watched before the test
 #: fails, seconds: a certainty, so a short look, where the time limit would make the learner wait.
 STUCK_WAIT = 0.5
+#: A failed test that spent this long waiting (its wall time less the process's CPU time, seconds) is
+#: not run again to be traced: the second run would wait as long, and a red that waits on a time limit
+#: would come back twice as late. Its `edit:` line is then taken from the traceback and the test's
+#: `edits` marker.
+RETRACE_WAIT = 1.0
 
 
 class LearnerTimeout(BaseException):
@@ -1137,9 +1142,14 @@ class ReportPlugin:
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
-        """Bound the test body with the per-test alarm, armed only while it runs."""
-        with self._alarm(item), self._no_search_on_stubs(item), self._tracing():
-            return (yield)
+        """Bound the test body with the per-test alarm, armed only while it runs; note how long it waited."""
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            with self._alarm(item), self._no_search_on_stubs(item), self._tracing():
+                return (yield)
+        finally:
+            waited = (time.perf_counter() - wall) - (time.process_time() - cpu)
+            item._pi_waited = waited  # type: ignore[attr-defined]
 
     @contextmanager
     def _tracing(self) -> Iterator[None]:
@@ -1407,7 +1417,12 @@ class ReportPlugin:
                 if record.outcome == "failed" and record.exc_lab is None:
                     # Placed (and written out) after the test's teardown: see pytest_runtest_protocol.
                     first = not any(r.lab == record.lab and r.outcome == "failed" for r in self.records)
-                    traced = first and self.trace_failures and not isinstance(error, LearnerTimeout)
+                    traced = (
+                        first
+                        and self.trace_failures
+                        and not isinstance(error, LearnerTimeout)
+                        and getattr(item, "_pi_waited", 0.0) < RETRACE_WAIT
+                    )
                     item._pi_edit = (record, str(error), traced)  # type: ignore[attr-defined]
             self.records.append(record)
             if getattr(item, "_pi_edit", None) is None:
