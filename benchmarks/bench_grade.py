@@ -2,7 +2,8 @@
 
 Usage: python benchmarks/bench_grade.py [N ...]   (default: 10 50 100)
 Prints one line per class size: seconds, seconds per folder, and the status counts.
-The CPU figure misses the sandboxed runs under bubblewrap (its PID-namespace init reaps them); compare wall times.
+The CPU figure misses the sandboxed runs under bubblewrap (its PID-namespace init reaps them); compare wall
+times.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def main(sizes: list[int]) -> None:
             )
             print(
                 f"{size:>4} folders: wall {elapsed:6.1f} s ({elapsed / size:.2f} s/folder), "
-                f"cpu {cpu:6.1f} s (cpu/2 = {cpu / 2:5.1f} s), load {os.getloadavg()[0]:.1f}  {dict(statuses)}",
+                f"cpu {cpu:6.1f} s (cpu/2 = {cpu / 2:5.1f} s), load {os.getloadavg()[0]:.1f}  "
+                f"{dict(statuses)}",
                 flush=True,
             )
 

@@ -1,4 +1,5 @@
-"""Benchmark grading one folder alone, as an instructor's small batch and as a Gradescope submission (issue 37).
+"""Benchmark grading one folder alone, as an instructor's small batch and as a Gradescope submission (issue
+37).
 
 Usage: python benchmarks/bench_grade_alone.py [CHECKPOINT ...]   (default: 06 and 17)
 

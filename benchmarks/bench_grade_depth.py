@@ -88,8 +88,8 @@ def main(size: int, checkpoints: list[str]) -> None:
                 elapsed, statuses, proven, each = grade(folders, out, extra)
                 print(
                     f"{checkpoint_id} {label:>10}: {size} folders in {elapsed:6.1f} s "
-                    f"({elapsed / size:5.1f} s/folder; one learner {each:5.1f} s), {proven} tests proven, load "
-                    f"{os.getloadavg()[0]:.1f}  {dict(statuses)}",
+                    f"({elapsed / size:5.1f} s/folder; one learner {each:5.1f} s), {proven} tests proven, "
+                    f"load {os.getloadavg()[0]:.1f}  {dict(statuses)}",
                     flush=True,
                 )
 

@@ -69,7 +69,8 @@ def main(sizes: list[int], options: list[str]) -> None:
             statuses = Counter(json.loads(line)["status"] for line in lines)
             print(
                 f"{size:>5} folders: wall {elapsed:7.1f} s ({elapsed / size:.3f} s/folder), "
-                f"cpu {cpu:7.1f} s ({cpu / size:.3f} s/folder), load {os.getloadavg()[0]:.1f}  {dict(statuses)}",
+                f"cpu {cpu:7.1f} s ({cpu / size:.3f} s/folder), load {os.getloadavg()[0]:.1f}  "
+                f"{dict(statuses)}",
                 flush=True,
             )
 

@@ -58,7 +58,8 @@ HALF_SECOND = 0.5
 
 
 def _cpu() -> tuple[int, int]:
-    """(busy, total) jiffies of the whole machine: user, nice, system, irq, softirq, steal; plus idle, iowait."""
+    """(busy, total) jiffies of the whole machine: user, nice, system, irq, softirq, steal; plus idle,
+    iowait."""
     with open("/proc/stat", encoding="ascii") as stat:
         fields = [int(value) for value in stat.readline().split()[1:9]]
     user, nice, system, idle, iowait, irq, softirq, steal = fields

@@ -8,7 +8,8 @@ __version__ = "0.7.0"
 
 
 def _interrupted(kind: type[BaseException], value: BaseException, traceback: TracebackType | None) -> None:
-    """Ctrl-C while `pi-course` starts up, before its command's own handler is in place: one line, no traceback."""
+    """Ctrl-C while `pi-course` starts up, before its command's own handler is in place: one line, no
+    traceback."""
     if not issubclass(kind, KeyboardInterrupt):
         sys.__excepthook__(kind, value, traceback)
         return

@@ -88,7 +88,8 @@ def missing_extra(extra: str) -> list[str]:
 
 def _load(name: str) -> Command:
     if name in NEEDS_INSTRUCTOR_EXTRA and (missing := missing_extra("instructor")):
-        # Never `pip install 'pi-course-kit[instructor]'`: the name is not on the index (anyone could claim it).
+        # Never `pip install 'pi-course-kit[instructor]'`: the name is not on the index (anyone could claim
+        # it).
         install = extras.install_command("instructor")
         raise KitError(
             i18n._(

@@ -19,7 +19,8 @@ DISTRIBUTION = "pi-course-kit"
 
 
 def installed_from() -> tuple[Path, bool] | None:
-    """The local wheel file or folder this kit was installed from, and whether it is editable; None if unknown."""
+    """The local wheel file or folder this kit was installed from, and whether it is editable; None if
+    unknown."""
     try:
         text = importlib.metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
         record = json.loads(text) if text else None

@@ -72,7 +72,8 @@ def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
 
 
 def write_folder_atomically(dest: Path, fill: Callable[[Path], None]) -> Path:
-    """Let `fill` build a folder next to `dest`, then rename it into place; a failure leaves nothing behind."""
+    """Let `fill` build a folder next to `dest`, then rename it into place; a failure leaves nothing
+    behind."""
     dest = dest.absolute()
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)

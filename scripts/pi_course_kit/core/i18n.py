@@ -1,4 +1,5 @@
-"""The learner's language: gettext catalogs (domain `pi_course`), the course's language by default, English fallback.
+"""The learner's language: gettext catalogs (domain `pi_course`), the course's language by default, English
+fallback.
 
 Standard library only: this file travels into every staged tree as `tests/pi_course_i18n.py`, next to
 the compiled catalogs in `tests/pi_course_locale/`, so the report plugin speaks the same language as the kit.
@@ -71,7 +72,8 @@ _course_language = FALLBACK
 
 
 def set_course_language(language: str) -> None:
-    """Make `language` the default of every later message (when neither the learner nor the locale names one)."""
+    """Make `language` the default of every later message (when neither the learner nor the locale names
+    one)."""
     global _course_language, _current
     _course_language, _current = language or FALLBACK, None
 

@@ -382,7 +382,8 @@ def _checkpoint(reader: _Reader) -> Checkpoint:
 
 
 def _resolve_lineage(readers: list[_Reader], checkpoints: tuple[Checkpoint, ...]) -> tuple[Checkpoint, ...]:
-    """Fill in each checkpoint's tree labs and tests from its parent chain (parents come first in the file)."""
+    """Fill in each checkpoint's tree labs and tests from its parent chain (parents come first in the
+    file)."""
     done: dict[str, Checkpoint] = {}
     for reader, checkpoint in zip(readers, checkpoints, strict=True):
         labs, tests, support = checkpoint.labs, checkpoint.focused_tests, checkpoint.test_support

@@ -34,7 +34,8 @@ LAB_MARKER = re.compile(r"^lab(?P<major>\d+)_(?P<minor>\d+)$")
 
 
 class Status(StrEnum):
-    """A lab's state, as a run finds it: the one status vocabulary of the report, check, grade and notebooks."""
+    """A lab's state, as a run finds it: the one status vocabulary of the report, check, grade and
+    notebooks."""
 
     DONE = "done"
     FAILING = "failing"
@@ -509,7 +510,8 @@ def _package_marks(root: Path, package: str) -> list[tuple[Path, _LabMarks]]:
 
 
 def lab_entry(root: Path, package: str, lab: LabInfo) -> tuple[str, str | None] | None:
-    """(`path:line`, function) where a lab starts: its first stub's raise, else its first function, else its heading."""
+    """(`path:line`, function) where a lab starts: its first stub's raise, else its first function, else its
+    heading."""
     wanted = [name for target in lab.implements for name in (target, f"{target}.__init__")]
     files = _package_marks(root, package)
     for path, marks in files:
@@ -743,7 +745,8 @@ def next_step(
     entries: dict[str, tuple[str, str | None]] | None = None,
     stubbed: set[str] | None = None,
 ) -> dict[str, Any] | None:
-    """The earliest unfinished required lab (whether this run selected it or not), where to edit, how to re-run.
+    """The earliest unfinished required lab (whether this run selected it or not), where to edit, how to
+    re-run.
 
     A lab this run did not select is known to be unfinished when the folder's record says so or one of
     its stubs (`stubbed`) still raises. When every required lab left is merely unchecked since an edit,
@@ -956,7 +959,8 @@ def edit_candidate_lines(candidates: tuple[str, ...], more: int = 0) -> list[str
     """The `edit:` lines when the failing test ran several functions that may hold the mistake."""
     lines = [
         _(
-            "  edit: the test ran {count} of your functions that may hold the mistake; look at them in this order:"
+            "  edit: the test ran {count} of your functions that may hold the mistake; look at them in this "
+            "order:"
         ).format(count=len(candidates) + more)
     ]
     lines.extend(f"        {where}" for where in candidates)
@@ -979,7 +983,8 @@ def table_lines(rows: list[LabSummary]) -> list[str]:
     ]
     widths = [max(display_width(line[i]) for line in [header, *cells]) for i in range(3)]
     return [
-        f"{pad(line[0], widths[0])}  {pad(line[1], widths[1], right=True)}  {pad(line[2], widths[2])}  {line[3]}".rstrip()
+        f"{pad(line[0], widths[0])}  {pad(line[1], widths[1], right=True)}  {pad(line[2], widths[2])}  "
+        f"{line[3]}".rstrip()
         for line in [header, *cells]
     ]
 

@@ -76,25 +76,29 @@ def find_regions(source: str, filename: str = "<solution>") -> list[Region]:
         if begin := BEGIN.match(line):
             if open_at is not None:
                 raise LabMarkerError(
-                    f"{filename}:{number}: BEGIN LAB inside the region opened at line {open_at[0]}; close it first with '# END LAB {open_at[1]}'"
+                    f"{filename}:{number}: BEGIN LAB inside the region opened at line {open_at[0]}; close "
+                    f"it first with '# END LAB {open_at[1]}'"
                 )
             target = begin["target"] or names.get(number, "")
             if not target:
                 raise LabMarkerError(
-                    f"{filename}:{number}: lab region outside a function; name its target: '# BEGIN LAB {begin['lab']} <name>'"
+                    f"{filename}:{number}: lab region outside a function; name its target: '# BEGIN LAB "
+                    f"{begin['lab']} <name>'"
                 )
             target = target.removesuffix(".__init__")
             open_at = (number, begin["lab"], target, begin["indent"])
         elif end := END.match(line):
             if open_at is None or end["lab"] != open_at[1]:
                 raise LabMarkerError(
-                    f"{filename}:{number}: '# END LAB {end['lab']}' without a matching '# BEGIN LAB {end['lab']}'"
+                    f"{filename}:{number}: '# END LAB {end['lab']}' without a matching '# BEGIN LAB "
+                    f"{end['lab']}'"
                 )
             regions.append(Region(open_at[1], open_at[2], open_at[0], number, open_at[3]))
             open_at = None
     if open_at is not None:
         raise LabMarkerError(
-            f"{filename}:{open_at[0]}: '# BEGIN LAB {open_at[1]}' is never closed; add '# END LAB {open_at[1]}'"
+            f"{filename}:{open_at[0]}: '# BEGIN LAB {open_at[1]}' is never closed; add '# END LAB "
+            f"{open_at[1]}'"
         )
     return regions
 

@@ -105,7 +105,8 @@ RETRACE_WAIT = 1.0
 
 
 class LearnerTimeout(BaseException):
-    """A test ran past its time limit. A BaseException, so hypothesis does not catch it and replay the loop."""
+    """A test ran past its time limit. A BaseException, so hypothesis does not catch it and replay the
+    loop."""
 
     #: Stopped waiting on an event loop that nothing can wake, not spinning: the lab's other tests are
     #: not skipped as if they would run into a loop, since each of them is stopped as soon.
@@ -113,7 +114,8 @@ class LearnerTimeout(BaseException):
 
 
 class RefusedRun(KeyboardInterrupt):
-    """Ends a run before it starts, its one line already written (pytest adds nothing to an interrupt then)."""
+    """Ends a run before it starts, its one line already written (pytest adds nothing to an interrupt
+    then)."""
 
 
 @contextmanager
@@ -774,7 +776,8 @@ def terminal_title(title: str) -> str:
 
 
 def terminal_line(line: str) -> str:
-    """A plain line of pytest's terminal (the short summary, the count of collected tests) in the run's language."""
+    """A plain line of pytest's terminal (the short summary, the count of collected tests) in the run's
+    language."""
     if pi_course_i18n.speaks_english():
         return line
     plain = _ANSI.sub("", line)
@@ -877,7 +880,8 @@ def learner_location(excinfo: pytest.ExceptionInfo[BaseException], root: Path) -
 
 
 def stub_lab(error: BaseException) -> str | None:
-    """The lab of a `LabNotImplemented` (matched by name: this plugin never imports the learner's package), else None."""
+    """The lab of a `LabNotImplemented` (matched by name: this plugin never imports the learner's package),
+    else None."""
     lab = getattr(error, "lab", None)
     is_stub = any(cls.__name__ == "LabNotImplemented" for cls in type(error).__mro__)
     return lab if is_stub and isinstance(lab, str) else None
@@ -1029,7 +1033,8 @@ class ReportPlugin:
         raise RefusedRun
 
     def _unknown_marks(self, expression: str) -> list[str]:
-        """The names of an `-m` expression that no marker of this run registers (lab ids where they look like one)."""
+        """The names of an `-m` expression that no marker of this run registers (lab ids where they look like
+        one)."""
         registered = {
             str(line).split(":", 1)[0].split("(", 1)[0].strip() for line in self.config.getini("markers")
         }
@@ -1134,7 +1139,8 @@ class ReportPlugin:
         if lab in self.loops:  # they would run into the same loop, one time limit each
             pytest.skip(
                 _(
-                    "not run: an earlier test of Lab {lab} is stuck in an endless loop at {where}; fix that first"
+                    "not run: an earlier test of Lab {lab} is stuck in an endless loop at {where}; fix that "
+                    "first"
                 ).format(lab=lab, where=self.loops[lab])
             )
         with self._alarm(item), self._tracing():
@@ -1344,7 +1350,8 @@ class ReportPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
-        """While importing the tests (and so the learner's package), refuse os._exit and shorten import errors."""
+        """While importing the tests (and so the learner's package), refuse os._exit and shorten import
+        errors."""
         with _refusing_os_exit():
             try:
                 report: pytest.CollectReport = yield
@@ -1392,7 +1399,8 @@ class ReportPlugin:
                 record.message = failure_line(_first_line(str(error))) or record.exc_type
                 if isinstance(error, SystemExit):
                     record.message = _(
-                        "learner code called sys.exit({code}); a tool must return or raise, not end the process"
+                        "learner code called sys.exit({code}); a tool must return or raise, not end the "
+                        "process"
                     ).format(code=repr(error.code))
                 if record.exc_type == "Failed" and "Timeout" in record.message:
                     record.message = _("{message}: stopped, probably an endless loop").format(
@@ -1587,7 +1595,8 @@ class ReportPlugin:
             self.loops[lab] = self._location(excinfo) or inner.f_code.co_name
 
     def _describe_collect_error(self, report: pytest.CollectReport) -> tuple[CollectError, str]:
-        """Where an import of the tests failed (the package's file:line, its lab, the error), and that line."""
+        """Where an import of the tests failed (the package's file:line, its lab, the error), and that
+        line."""
         text = str(report.longrepr)
         location, lab, excerpt = None, None, ""
         # The course's package, as pytest.ini names it: a course whose package is not `pi_course` keeps

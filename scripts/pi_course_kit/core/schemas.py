@@ -20,7 +20,8 @@ def draft_2020_12() -> tuple[Any, type[Exception]]:
     if blocked:
         sys.modules[_SLOW_OPTIONAL] = None  # type: ignore[assignment]
     try:
-        # Stubs (types-jsonschema) may or may not be installed; the two names used here are covered by the kit's tests.
+        # Stubs (types-jsonschema) may or may not be installed; the two names used here are covered by the
+        # kit's tests.
         from jsonschema import Draft202012Validator  # type: ignore[import-untyped,unused-ignore]
         from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped,unused-ignore]
     finally:

@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         width = max(len(m.name) for m in checkpoint.mutations)
         print(
-            f"Mutations of checkpoint {checkpoint.id} (apply one with `pi-course diagnose {checkpoint.id} NAME`):"
+            f"Mutations of checkpoint {checkpoint.id} (apply one with "
+            f"`pi-course diagnose {checkpoint.id} NAME`):"
         )
         for mutation in checkpoint.mutations:
             lab = mutation_lab(course, checkpoint, mutation)

@@ -56,7 +56,8 @@ echo /autograder/source/kit > "$site/pi_course_kit.pth"
 # Run the solution once now, traced, and keep it: each submission then reads it back and runs only the
 # tests its changes reach. Should it fail here, every submission runs the solution itself, slower.
 PYTHONPATH=/autograder/source/kit /autograder/venv/bin/python -m pi_course_kit.instructor.grade.gradescope \\
-    --checkpoint {checkpoint} --root /autograder --prepare || echo "setup: no kept reference; grading still works"
+    --checkpoint {checkpoint} --root /autograder --prepare \\
+    || echo "setup: no kept reference; grading still works"
 """
 
 RUN_AUTOGRADER = """\
@@ -84,7 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         metavar="OUT",
         help=_(
-            "gradescope: the zip to write; classroom: the learner's repository (gets .github/workflows/classroom.yml)"
+            "gradescope: the zip to write; classroom: the learner's repository (gets "
+            ".github/workflows/classroom.yml)"
         ),
     )
     parser.add_argument(
@@ -119,7 +121,8 @@ def _files(folder: Path) -> Iterator[Path]:
 
 
 def bundle_files(course: Course, checkpoint: Checkpoint) -> dict[str, Path]:
-    """Archive name -> source file: the kit's source and the course (manifest, trees and tests of the lineage)."""
+    """Archive name -> source file: the kit's source and the course (manifest, trees and tests of the
+    lineage)."""
     files: dict[str, Path] = {}
     kit = Path(pi_course_kit.__file__).resolve().parent
     for path in _files(kit):
@@ -184,7 +187,8 @@ def run(args: argparse.Namespace) -> int:
             raise KitError(f"-o {output}: is a folder; give the zip file's name, e.g. autograder.zip")
         count = write_gradescope(course, checkpoint, output)
         print(
-            f"wrote {output} ({count} files): upload it as the Gradescope autograder of checkpoint {checkpoint.id}"
+            f"wrote {output} ({count} files): upload it as the Gradescope autograder of checkpoint "
+            f"{checkpoint.id}"
         )
         return 0
     if not output.is_dir():

@@ -71,7 +71,8 @@ def solution_problems(
         ]
     if not result.tests:
         return [
-            f"{where}: no focused test ran (exit {result.returncode}); check {', '.join(checkpoint.focused_tests)}"
+            f"{where}: no focused test ran (exit {result.returncode}); check "
+            f"{', '.join(checkpoint.focused_tests)}"
         ]
     problems = [
         f"{where}: {t.nodeid} {t.outcome}: {t.message or t.skip_reason}; fix the solution or the test"
@@ -148,7 +149,8 @@ def first_red_problems(course: Course, checkpoint: Checkpoint) -> list[str]:
 
 
 def observation_problems(course: Course, checkpoint: Checkpoint) -> list[str]:
-    """An observation checkpoint's teaching files mark no lab region and raise no stub: its starter is its target."""
+    """An observation checkpoint's teaching files mark no lab region and raise no stub: its starter is its
+    target."""
     problems = []
     for relative in checkpoint.teaching_files:
         solution = course.root / checkpoint.solution / relative
@@ -158,9 +160,9 @@ def observation_problems(course: Course, checkpoint: Checkpoint) -> list[str]:
         source = solution.read_text(encoding="utf-8")
         if find_regions(source, str(solution)) or find_stubs(source, str(solution)):
             problems.append(
-                f"{checkpoint.solution}/{relative} marks lab regions or raises LabNotImplemented, but checkpoint "
-                f"{checkpoint.id} is an observation checkpoint (nothing to implement); remove them, or drop "
-                '`kind = "observation"`'
+                f"{checkpoint.solution}/{relative} marks lab regions or raises LabNotImplemented, but "
+                f"checkpoint {checkpoint.id} is an observation checkpoint (nothing to implement); remove "
+                'them, or drop `kind = "observation"`'
             )
     return problems
 

@@ -354,7 +354,8 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     if failed:
         print(
-            f"verify: {len(failed)} of {len(outcomes)} checks failed ({problems} problem(s)) in {elapsed:.0f}s"
+            f"verify: {len(failed)} of {len(outcomes)} checks failed ({problems} problem(s)) in "
+            f"{elapsed:.0f}s"
         )
         for outcome in failed:
             print(f"  - {outcome.name}")

@@ -57,8 +57,8 @@ def agent_guide(course: Course, checkpoint: Checkpoint, notebook: str | None) ->
             "branch."
         ),
         _(
-            "- Never paste a whole function or a whole lab's answer, even when asked: offer the next, smaller "
-            "hint instead."
+            "- Never paste a whole function or a whole lab's answer, even when asked: offer the next, "
+            "smaller hint instead."
         ),
         "",
         _("## Commands you may run here"),
@@ -84,7 +84,8 @@ def agent_guide(course: Course, checkpoint: Checkpoint, notebook: str | None) ->
         ),
         _("- Do not paste whole answers, and do not write a lab's code in the learner's place."),
         _(
-            "- Do not run `pi-course reset` without asking: it replaces the learner's code (a backup is kept)."
+            "- Do not run `pi-course reset` without asking: it replaces the learner's code (a backup is "
+            "kept)."
         ),
         "",
         *_chapter_notes(checkpoint, _, english),

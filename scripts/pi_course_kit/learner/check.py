@@ -214,7 +214,8 @@ def _render_rich(title: str, before: list[str], rows: list[records.LabSummary], 
 
 
 def require_test_files(folder: PracticeFolder) -> None:
-    """Refuse to run, saying what is gone and how to get it back, when the kit's tests/ or pytest.ini are missing."""
+    """Refuse to run, saying what is gone and how to get it back, when the kit's tests/ or pytest.ini are
+    missing."""
     missing = folder.missing_test_files()
     if missing:
         raise KitError(

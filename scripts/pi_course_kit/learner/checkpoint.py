@@ -105,7 +105,8 @@ def card(course: Course, cp: Checkpoint, dest: Path) -> list[str]:
         return [
             *lines,
             _(
-                "first red:         none: an observation checkpoint (nothing to implement; run, predict, break)"
+                "first red:         none: an observation checkpoint (nothing to implement; run, predict, "
+                "break)"
             ),
             _("commands:"),
             f"  cd {dest / 'target'} && python -m pytest                      # "

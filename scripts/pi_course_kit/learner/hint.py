@@ -37,7 +37,8 @@ def syntax_error(folder: PracticeFolder, checkpoint: Checkpoint) -> tuple[str, i
 
 
 def choose_lab(folder: PracticeFolder, course: Course, checkpoint: Checkpoint, wanted: str | None) -> Lab:
-    """The lab asked for; else the lab of a line that does not parse; else the earliest unfinished required lab."""
+    """The lab asked for; else the lab of a line that does not parse; else the earliest unfinished required
+    lab."""
     if wanted is not None:  # `hint ""` names no lab: refuse it rather than guess one
         # Every lab of the folder's table has its hints, the earlier chapters' labs (which the folder's
         # tests still run) and an optional exercise that came along with `--from` too.
@@ -118,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     if count >= total:
         print(
             _(
-                "that was the last hint for Lab {lab}; CONTRACT.md, LAB-GUIDE.md and the notebook explain the contract"
+                "that was the last hint for Lab {lab}; CONTRACT.md, LAB-GUIDE.md and the notebook explain "
+                "the contract"
             ).format(lab=lab.id)
         )
     else:

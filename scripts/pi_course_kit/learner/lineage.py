@@ -1,4 +1,5 @@
-"""`pi-course practice 07 DIR --from MY06`: carry a learner's own finished parent work into the next checkpoint.
+"""`pi-course practice 07 DIR --from MY06`: carry a learner's own finished parent work into the next
+checkpoint.
 
 The new folder is the checkpoint's starter with the parent's teaching files replaced by the learner's
 own versions. Those are only taken once the parent's focused tests are green on a staged copy, so the

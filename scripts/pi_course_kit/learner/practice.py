@@ -158,7 +158,8 @@ def _code(text: str) -> str:
 
 
 def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None, contract: bool = False) -> str:
-    """The lab guide of a practice folder, in the run's language, generated from the manifest and the starter."""
+    """The lab guide of a practice folder, in the run's language, generated from the manifest and the
+    starter."""
     stubs = starter_stubs(course, checkpoint)
     raises = raise_lines(course, checkpoint)
     counts = lab_test_counts(course, checkpoint)
@@ -173,8 +174,8 @@ def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None, cont
         *(
             [
                 _(
-                    "Every message and behaviour the tests ask for (to the letter) is in [{contract}]({contract}); "
-                    "when a test is red, compare with it first."
+                    "Every message and behaviour the tests ask for (to the letter) is in "
+                    "[{contract}]({contract}); when a test is red, compare with it first."
                 ).format(contract=CONTRACT),
                 "",
             ]
@@ -195,7 +196,8 @@ def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None, cont
         _("## How to practise"),
         "",
         _(
-            "1. Do the labs below in order; run each lab's tests once, see the expected red, then change the code."
+            "1. Do the labs below in order; run each lab's tests once, see the expected red, then change "
+            "the code."
         ),
         _("2. Save, run the same command again until that row turns green, then go on to the next lab."),
         _(
@@ -309,7 +311,8 @@ def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None, cont
         _("## Once everything is green"),
         "",
         _(
-            "Run `pi-course check`: when every required lab in the table is done, this checkpoint is finished."
+            "Run `pi-course check`: when every required lab in the table is done, this checkpoint is "
+            "finished."
         ),
         "",
     ]
@@ -317,7 +320,8 @@ def lab_guide(course: Course, checkpoint: Checkpoint, notebook: str | None, cont
 
 
 def observation_guide(course: Course, checkpoint: Checkpoint, notebook: str | None, contract: bool) -> str:
-    """The guide of an observation folder, in the run's language: nothing to implement; predict, run, break."""
+    """The guide of an observation folder, in the run's language: nothing to implement; predict, run,
+    break."""
     counts = lab_test_counts(course, checkpoint)
     sep = _(", ")
     teaching = sep.join(_code(name) for name in checkpoint.teaching_files)
@@ -331,8 +335,8 @@ def observation_guide(course: Course, checkpoint: Checkpoint, notebook: str | No
             "in this folder is this checkpoint's target state,"
         ).format(package=course.package),
         _(
-            "so `python -m pytest` is all green from the start. Your part: predict first, then run, then break "
-            "it on purpose and see which test catches it."
+            "so `python -m pytest` is all green from the start. Your part: predict first, then run, then "
+            "break it on purpose and see which test catches it."
         ),
         "",
         *(
@@ -442,7 +446,8 @@ def fill_files(course: Course, checkpoint: Checkpoint, root: Path) -> None:
 
 
 def fill(course: Course, checkpoint: Checkpoint, root: Path) -> None:
-    """Write a whole practice folder into `root` (a fresh temporary folder): its files, then meta.json once."""
+    """Write a whole practice folder into `root` (a fresh temporary folder): its files, then meta.json
+    once."""
     fill_files(course, checkpoint, root)
     write_new_meta(root, meta_record(course, checkpoint, root))
 
@@ -500,7 +505,8 @@ def observation_note() -> str:
 
 
 def observation_steps(checkpoint: Checkpoint, dest: Path) -> list[str]:
-    """The commands of an observation folder: everything is green from the start; predict, run, break, restore."""
+    """The commands of an observation folder: everything is green from the start; predict, run, break,
+    restore."""
     notebook = Path(checkpoint.notebook).name
     teaching = checkpoint.teaching_files[0]
     return [

@@ -270,7 +270,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.lab and not args.all and not args.undo and not args.kit:
         raise KitError(
             _(
-                "name the lab to reset (e.g. `pi-course reset 6.2`), use --all for every teaching file, or --undo"
+                "name the lab to reset (e.g. `pi-course reset 6.2`), use --all for every teaching file, or "
+                "--undo"
             )
         )
     folder = open_folder()

@@ -204,7 +204,8 @@ def workspace_for(folder: PracticeFolder, chosen: str | None, default: str) -> P
         if workspace == place or place.is_relative_to(workspace) or workspace.is_relative_to(place):
             raise KitError(
                 _(
-                    "the workspace {path} would let the tools change {guarded}; choose another with --workspace"
+                    "the workspace {path} would let the tools change {guarded}; choose another with "
+                    "--workspace"
                 ).format(path=workspace, guarded=folder.relative(place))
             )
     workspace.mkdir(parents=True, exist_ok=True)
@@ -400,7 +401,8 @@ def endpoint(
         if not key:
             raise KitError(
                 _(
-                    "no API key in {env}: set it in the environment or .env, or name another variable with --api-key-env"
+                    "no API key in {env}: set it in the environment or .env, or name another variable with "
+                    "--api-key-env"
                 ).format(env=args.api_key_env)
             )
         return Endpoint(base_url, model_names(model), {args.api_key_env: key}, offline=False)
@@ -413,7 +415,8 @@ def endpoint(
 
 @contextmanager
 def served(chosen: Endpoint, table: dict[str, Any], features: Sequence[str]) -> Iterator[Endpoint]:
-    """The endpoint itself when live; offline, with the base URL of a replay server that runs for the block."""
+    """The endpoint itself when live; offline, with the base URL of a replay server that runs for the
+    block."""
     if not chosen.offline:
         yield chosen
         return
@@ -421,8 +424,9 @@ def served(chosen: Endpoint, table: dict[str, Any], features: Sequence[str]) -> 
     with run_server.replaying(list(run_server.recorded_replies(recording))) as server:
         print(
             _(
-                "offline: a recorded session replayed through your own pi_course by a local server; to go live, "
-                "set {base}, {key} and {model} (in the environment or .env) or pass --base-url and --model"
+                "offline: a recorded session replayed through your own pi_course by a local server; to go "
+                "live, set {base}, {key} and {model} (in the environment or .env) or pass --base-url and "
+                "--model"
             ).format(base=BASE_URL_ENV, key=API_KEY_ENV, model=MODEL_ENV),
             file=sys.stderr,
             flush=True,

@@ -522,7 +522,8 @@ class Driver:
                 await mcp.close()  # the servers' processes end with the run
 
     async def durable_turns(self, store: Any, registry: Any, prompts: list[str] | None) -> None:
-        """The durable harness over the registry's tools: what an interrupted run left first, then each prompt."""
+        """The durable harness over the registry's tools: what an interrupted run left first, then each
+        prompt."""
         pc, file = self.pc, self.config["session_file"]
         # 19's harness parses a call's arguments, then hands the parsed value to 06's executor, which
         # parses again: fine for a dict schema, not for 08's edit, whose parse makes a dataclass.

@@ -67,7 +67,8 @@ class CheckReport:
         )
 
     def failure_groups(self) -> tuple[list[tuple[str, int]], int]:
-        """Distinct failure messages with how many tests gave each (first few), and how many more there are."""
+        """Distinct failure messages with how many tests gave each (first few), and how many more there
+        are."""
         counts = Counter(t.message or t.outcome for t in self.tests if t.outcome != "passed")
         groups = counts.most_common()
         return groups[:MAX_FAILURES], max(0, len(groups) - MAX_FAILURES)
@@ -224,7 +225,8 @@ def _run(lab_id: str, timeout: float) -> CheckReport:
 
 
 def check(lab_id: str, *, timeout: float = RUN_SECONDS) -> CheckReport:
-    """Run one lab's focused tests on the notebook's tree and report them (reusing a full run of the same code)."""
+    """Run one lab's focused tests on the notebook's tree and report them (reusing a full run of the same
+    code)."""
     return _run(lab_id, timeout)
 
 

@@ -21,7 +21,8 @@ BOX = "Lab {lab} not finished: {target} · {where} · pi-course hint {lab}"
 
 
 def is_lab_error(error: BaseException) -> bool:
-    """True for the course package's LabNotImplemented, recognised by class name so the kit never imports it."""
+    """True for the course package's LabNotImplemented, recognised by class name so the kit never imports
+    it."""
     return any(cls.__name__ == LAB_ERROR for cls in type(error).__mro__)
 
 

@@ -37,7 +37,8 @@ def strip(nb: NotebookNode) -> NotebookNode:
 
 
 def strip_json(data: dict[str, Any]) -> dict[str, Any]:
-    """`strip` on the plain JSON of an nbformat-4 notebook (standard library only: the wheel's build uses it)."""
+    """`strip` on the plain JSON of an nbformat-4 notebook (standard library only: the wheel's build uses
+    it)."""
     data["cells"] = [c for c in data["cells"] if REPO_ONLY_TAG not in c.get("metadata", {}).get("tags", [])]
     for cell in data["cells"]:
         if cell["cell_type"] == "code":

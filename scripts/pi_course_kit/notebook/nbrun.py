@@ -1,4 +1,5 @@
-"""Execute checkpoint notebooks with nbclient: error reports for tests and `verify`, and stored-output refresh.
+"""Execute checkpoint notebooks with nbclient: error reports for tests and `verify`, and stored-output
+refresh.
 
 pi-course nbrun --refresh notebooks/06-tool-contract.ipynb
 pi-course nbrun --check-fresh notebooks/06-tool-contract.ipynb
@@ -79,7 +80,8 @@ def validation_errors(nb: NotebookNode) -> list[str]:
 
 
 def kernel_env(tree: Path | None, near: Path | None = None) -> dict[str, str]:
-    """The kernel's environment: this one in the course language, the tree override set (or removed for repo mode).
+    """The kernel's environment: this one in the course language, the tree override set (or removed for repo
+    mode).
 
     The course is the one `tree` belongs to, else the one of `near` (default: the current folder).
     """
@@ -103,7 +105,8 @@ def execute(
     env: Mapping[str, str] | None = None,
     timeout: float = CELL_SECONDS,
 ) -> NotebookNode:
-    """Run every cell of a copy of `nb` in a fresh `python3` kernel started in `cwd`; errors stay as outputs."""
+    """Run every cell of a copy of `nb` in a fresh `python3` kernel started in `cwd`; errors stay as
+    outputs."""
     run = copy.deepcopy(nb)
     # Local sockets rather than loopback TCP: no port another user of the machine can reach, and no
     # plain-text-transport warning from ipykernel in the middle of a run's report. The sockets' path is
@@ -287,7 +290,8 @@ def _tidy(nb: NotebookNode) -> None:
 
 
 def refresh(notebook: Path, timeout: float = CELL_SECONDS) -> list[str]:
-    """Re-execute `notebook` against the solution and store its outputs; returns problems (nothing written then)."""
+    """Re-execute `notebook` against the solution and store its outputs; returns problems (nothing written
+    then)."""
     notebook = Path(notebook)
     executed = repo_run(notebook, timeout=timeout)
     problems = validation_errors(executed) + cell_errors(executed, name=notebook.name)

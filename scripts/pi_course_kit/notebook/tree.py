@@ -40,7 +40,8 @@ class Tree:
 
 
 def course_of(folder: Path) -> Course:
-    """The course a tree belongs to: a practice folder's snapshot, the nearest course.toml above, or the located one."""
+    """The course a tree belongs to: a practice folder's snapshot, the nearest course.toml above, or the
+    located one."""
     folder = folder.resolve()
     # A practice folder keeps the manifest it was made from; the kit's own may since have moved on.
     snapshot = folder / META_DIR / COURSE_SNAPSHOT
@@ -79,8 +80,8 @@ def find_tree(cwd: Path | None = None, checkpoint: str | None = None) -> Tree:
         package = course_of(path).package
         if not _has_package(path, package):
             raise KitError(
-                f"{TREE_ENV}={override} has no {package}/__init__.py; point it at a folder holding {package}/ "
-                f"or unset it"
+                f"{TREE_ENV}={override} has no {package}/__init__.py; point it at a folder holding "
+                f"{package}/ or unset it"
             )
         return Tree(path, "override", f"{TREE_ENV} → {path}", _checkpoint_of(path, checkpoint), package)
     course = course_of(cwd)
@@ -104,7 +105,8 @@ def find_tree(cwd: Path | None = None, checkpoint: str | None = None) -> Tree:
 
 
 def use_tree(checkpoint: str | None = None, *, cwd: Path | None = None, quiet: bool = False) -> Path:
-    """Put the notebook's tree first on sys.path, refuse another copy of its package, install friendly lab errors."""
+    """Put the notebook's tree first on sys.path, refuse another copy of its package, install friendly lab
+    errors."""
     global _current
     tree = find_tree(cwd, checkpoint)
     loaded = sys.modules.get(tree.package)

@@ -32,7 +32,8 @@ def _fields(definition: object) -> tuple[str, str, dict[str, Any]]:
         parameters = getattr(definition, "parameters", None)
     if not isinstance(name, str) or not isinstance(description, str) or not isinstance(parameters, dict):
         raise TypeError(
-            f"not a tool definition: need str name, str description and dict parameters, got {type(definition).__name__}"
+            "not a tool definition: need str name, str description and dict parameters, got "
+            f"{type(definition).__name__}"
         )
     # A copy: a provider request must never share a dict with the tool's own schema.
     return name, description, copy.deepcopy(parameters)

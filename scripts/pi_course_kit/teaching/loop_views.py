@@ -111,7 +111,8 @@ class BatchLane:
 
 @dataclass
 class BatchView:
-    """One tool batch in time: a lane per call from tool_start to tool_end, against call and transcript order."""
+    """One tool batch in time: a lane per call from tool_start to tool_end, against call and transcript
+    order."""
 
     lanes: list[BatchLane]
     width: int

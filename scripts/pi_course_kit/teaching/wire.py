@@ -180,7 +180,8 @@ def to_openai_messages(messages: Sequence[object]) -> list[dict[str, Any]]:
 
 
 def to_anthropic_messages(messages: Sequence[object]) -> list[dict[str, Any]]:
-    """Messages API `messages`: tool_use blocks in the assistant turn, tool_result blocks in the next user turn."""
+    """Messages API `messages`: tool_use blocks in the assistant turn, tool_result blocks in the next user
+    turn."""
     out: list[dict[str, Any]] = []
     for message in messages:
         data = plain(message)
@@ -257,7 +258,8 @@ def openai_pairing(body: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def anthropic_pairing(body: Sequence[dict[str, Any]]) -> list[str]:
-    """Each `tool_use` answered by a `tool_result` in the very next message, and no `tool_result` without one."""
+    """Each `tool_use` answered by a `tool_result` in the very next message, and no `tool_result` without
+    one."""
     problems = []
     for index, entry in enumerate(body):
         before = body[index - 1]["content"] if index > 0 else []

@@ -59,23 +59,26 @@ MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2  # linux/mount.h
 
 
 def fix(kind: str) -> str:
-    """What to do when the sandbox cannot be built here, in the run's language (`missing`, `userns`, `root`)."""
+    """What to do when the sandbox cannot be built here, in the run's language (`missing`, `userns`,
+    `root`)."""
     texts = {
         "missing": _(
-            "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`)"
+            "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: "
+            "`dnf install bubblewrap`)"
         ),
         "userns": _(
             "unprivileged user namespaces are blocked here. On Ubuntu >= 23.10 allow them for bwrap with an "
             "AppArmor profile (`/etc/apparmor.d/bwrap` with `userns,`) or "
             "`sysctl kernel.apparmor_restrict_unprivileged_userns=0`; elsewhere "
             "`sysctl kernel.unprivileged_userns_clone=1` / `user.max_user_namespaces=15000`; in a container, "
-            "run it with a seccomp profile that allows clone(CLONE_NEWUSER), or grade as root with CAP_SYS_ADMIN"
+            "run it with a seccomp profile that allows clone(CLONE_NEWUSER), or grade as root with "
+            "CAP_SYS_ADMIN"
         ),
         "root": _(
             "as root, bwrap builds the namespaces itself when it has CAP_SYS_ADMIN; without it (a default "
-            "container) the grader drops to an unprivileged uid and bwrap needs an unprivileged user namespace, "
-            "which is blocked here; allow them (`sysctl kernel.unprivileged_userns_clone=1`, a seccomp profile "
-            "that allows clone(CLONE_NEWUSER)), or give the container CAP_SYS_ADMIN (e.g. "
+            "container) the grader drops to an unprivileged uid and bwrap needs an unprivileged user "
+            "namespace, which is blocked here; allow them (`sysctl kernel.unprivileged_userns_clone=1`, a "
+            "seccomp profile that allows clone(CLONE_NEWUSER)), or give the container CAP_SYS_ADMIN (e.g. "
             "`docker run --cap-add SYS_ADMIN --security-opt seccomp=unconfined`)"
         ),
     }
@@ -121,7 +124,8 @@ def distributions(requires: tuple[str, ...] = ()) -> list[importlib.metadata.Dis
 
 @functools.cache
 def site_paths(requires: tuple[str, ...] = ()) -> tuple[Path, ...]:
-    """The installed top-level modules and packages of `distributions()`, as their installers recorded them."""
+    """The installed top-level modules and packages of `distributions()`, as their installers recorded
+    them."""
     paths: dict[str, Path] = {}
     for distribution in distributions(requires):
         for file in distribution.files or ():
@@ -231,7 +235,8 @@ def root_builds_namespaces() -> bool:
 
 
 def as_user(uid: int | None) -> int | None:
-    """The uid bwrap itself runs as: the slot's when root lacks CAP_SYS_ADMIN (a default container), else None.
+    """The uid bwrap itself runs as: the slot's when root lacks CAP_SYS_ADMIN (a default container), else
+    None.
 
     Root without CAP_SYS_ADMIN cannot build namespaces, and learner code must never run as uid 0:
     the grader drops to the slot's unprivileged uid first and lets bwrap build an unprivileged user
@@ -613,7 +618,10 @@ def probe(scratch: Path, uid: int | None) -> Probe:
     work, out = scratch / "probe-work", scratch / "probe-out"
     (work / "tree").mkdir(parents=True, exist_ok=True)
     out.mkdir(exist_ok=True)
-    check = f"import os, pytest, hypothesis; assert os.getuid() != 0; open(os.environ['{JSON_ENV}'], 'w').write('ok')"
+    check = (
+        f"import os, pytest, hypothesis; assert os.getuid() != 0; open(os.environ['{JSON_ENV}'], "
+        "'w').write('ok')"
+    )
     result = sandboxed(work, out, None, ["-c", check], Limits(wall_seconds=60), uid, {})
     if result.returncode == 0 and (out / "report.jsonl").read_text(encoding="utf-8") == "ok":
         who = _("as uid {uid} (root drops privileges)") if uid is not None else _("in a user namespace")

@@ -171,13 +171,15 @@ th { background: #f6f8fa; } td.n { text-align: right; white-space: nowrap; } td.
 /* A header wraps between words, never inside one ("Wort h"); long ids still wrap anywhere. */
 th { overflow-wrap: normal; word-break: normal; hyphens: manual; }
 code { font-size: .85rem; word-break: break-all; }
-pre { background: #f6f8fa; padding: .6rem; white-space: pre-wrap; overflow-wrap: anywhere; font-size: .85rem; }
+pre { background: #f6f8fa; padding: .6rem; white-space: pre-wrap; overflow-wrap: anywhere;
+      font-size: .85rem; }
 .cards { display: flex; gap: 1rem; flex-wrap: wrap; }
 .card { background: #f6f8fa; border-radius: 6px; padding: .6rem 1rem; min-width: 9rem; }
 .card b { display: block; font-size: 1.4rem; }
 figure { margin: 1rem 0; } figcaption { font-weight: 600; margin-bottom: .4rem; }
 .chart-and-table { display: flex; flex-wrap: wrap; gap: 0 2rem; align-items: flex-start; }
-.chart-and-table figure { flex: 1 1 24rem; min-width: 0; } .chart-and-table table { flex: 0 1 14rem; width: auto; }
+.chart-and-table figure { flex: 1 1 24rem; min-width: 0; }
+.chart-and-table table { flex: 0 1 14rem; width: auto; }
 svg { max-width: 100%; height: auto; display: block; }
 @media (max-width: 40rem) {
   body { margin: 1rem auto; }

@@ -98,7 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help=_(
-            "the instructor's class report (one static HTML page, with scores and solution diffs: do not share)"
+            "the instructor's class report (one static HTML page, with scores and solution diffs: do not "
+            "share)"
         ),
     )
     out.add_argument(
@@ -259,7 +260,8 @@ def _print_summary(course: Course, records: Sequence[LearnerRecord]) -> None:
         else ""
     )
     mean = _(
-        "  mean score {mean:g}/{most:g} over all {learners} learner(s) (a submission that could not be scored counts 0)"
+        "  mean score {mean:g}/{most:g} over all {learners} learner(s) (a submission that could not be "
+        "scored counts 0)"
     )
     print(mean.format(mean=figures.mean, most=figures.required_max, learners=figures.learners) + extra)
     for row in overview.labs:

@@ -1,4 +1,5 @@
-"""Read and copy a submission through directory descriptors: no link followed, no race won, sizes checked first.
+"""Read and copy a submission through directory descriptors: no link followed, no race won, sizes checked
+first.
 
 Every file is opened relative to its already-open parent with O_NOFOLLOW, then checked with fstat on
 that very descriptor (regular file, one link, size within limits) before a byte is read, and never
@@ -184,6 +185,7 @@ def macos_litter(name: str) -> bool:
 
 
 def copy_tree(folder: Path, dest: Path, ignore: Callable[[str], bool] | None = None) -> None:
-    """Copy the whole of `folder` into the existing empty folder `dest`, within the limits; Refused names why."""
+    """Copy the whole of `folder` into the existing empty folder `dest`, within the limits; Refused names
+    why."""
     with open_dir(folder) as source, open_dir(dest) as target:
         Copier(ignore).copy(source, target, "", 1)

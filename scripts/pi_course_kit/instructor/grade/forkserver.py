@@ -423,7 +423,8 @@ def clean_up() -> bool:
 
 
 def serve(channel: socket.socket) -> int:
-    """Answer run requests until the grader closes the socket; return 0 in the server, the run's status in a child."""
+    """Answer run requests until the grader closes the socket; return 0 in the server, the run's status in a
+    child."""
     send(channel, {"ready": True})
     while True:
         message, fds, _, _ = socket.recv_fds(channel, REQUEST_BYTES, 3)

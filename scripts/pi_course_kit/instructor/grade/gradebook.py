@@ -48,7 +48,8 @@ SCORED = (COMPLETE, PARTIAL, NOT_STARTED)
 LAB_STATUSES = (Status.DONE, Status.FAILING, Status.NOT_STARTED, Status.BLOCKED, Grade.TAMPERING)
 #: Fields that differ between two gradings of the same folder (how long it, and each test, took).
 TIMING_FIELDS = ("seconds", "durations")
-#: How a test can end in the gradebook: pytest's outcomes, or missing when the learner's run did not report it.
+#: How a test can end in the gradebook: pytest's outcomes, or missing when the learner's run did not report
+#: it.
 OUTCOMES = ("passed", "failed", "skipped", "error", "missing")
 
 
@@ -269,7 +270,8 @@ def lab_points(lab: Lab, passed: int, total: int) -> float:
 
 
 def points_of(course: Course, record: LearnerRecord) -> Points:
-    """A learner's points; a record that was not graded (skipped, sandbox error, ...) scores 0 of the maximum."""
+    """A learner's points; a record that was not graded (skipped, sandbox error, ...) scores 0 of the
+    maximum."""
     checkpoint = course.checkpoint(record.checkpoint) if record.checkpoint else None
     labs = checkpoint.labs if checkpoint else ()
     scores = {score.id: score for score in record.labs}
@@ -394,7 +396,8 @@ def read_json_lines(paths: Iterable[Path]) -> list[LearnerRecord]:
                 records.append(LearnerRecord.from_json(json.loads(line)))
             except (ValueError, TypeError, AttributeError) as error:
                 raise KitError(
-                    f"{path}:{number}: not a grading record ({error}); give files written by `pi-course grade --json`"
+                    f"{path}:{number}: not a grading record ({error}); give files written by "
+                    "`pi-course grade --json`"
                 ) from None
     return records
 

@@ -213,7 +213,8 @@ class Grader:
         os.chmod(self.scratch, 0o700)  # no other local user may enter: the staged trees are in it
         if not unsafe:
             bwrap.copy_site(self.scratch, self.course.requires)
-        # Plugins and the fork server the grader ships into every sandbox read-only (never inside the learner's copy).
+        # Plugins and the fork server the grader ships into every sandbox read-only (never inside the
+        # learner's copy).
         self.kit_dir = self.scratch / "kit"
         self.kit_dir.mkdir(mode=0o755)
         (self.kit_dir / f"{verdict.ORDER_PLUGIN}.py").write_text(
@@ -340,7 +341,8 @@ class Grader:
             return _("every test runs")
         if all(reference.kept for reference in references):
             return _(
-                "the tests the solution's traced run proves are skipped; that run was kept from an earlier batch"
+                "the tests the solution's traced run proves are skipped; that run was kept from an earlier "
+                "batch"
             )
         return _("the tests the solution's traced run proves are skipped; that run is kept for later batches")
 
@@ -498,7 +500,8 @@ class Grader:
         return folder
 
     def grade_one(self, folder: Path, slot: Slot | None = None) -> LearnerRecord:
-        """Grade one folder (in `slot`, or one borrowed); a folder that is not a practice folder is skipped."""
+        """Grade one folder (in `slot`, or one borrowed); a folder that is not a practice folder is
+        skipped."""
         with self._slot(slot) as chosen:
             return self._grade_one(folder, chosen)
 

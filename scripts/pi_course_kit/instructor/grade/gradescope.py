@@ -1,8 +1,9 @@
 """Gradescope's autograder entry point: grade /autograder/submission through the same Grader and sandbox,
 write /autograder/results/results.json to Gradescope's published format (checked against a schema).
 
-`run_autograder` (from `pi-course export gradescope`) runs `python -m pi_course_kit.instructor.grade.gradescope`.
-The autograder root is /autograder unless PI_COURSE_AUTOGRADER_ROOT names another (a test's temporary one).
+`run_autograder` (from `pi-course export gradescope`) runs
+`python -m pi_course_kit.instructor.grade.gradescope`. The autograder root is /autograder unless
+PI_COURSE_AUTOGRADER_ROOT names another (a test's temporary one).
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ def normalise(folder: Path, package: str) -> Path:
 
 
 def find_submissions(root: Path, package: str, bare: bool) -> list[Path]:
-    """Folders below `root` that are submissions: a practice folder, or (with `bare`) one holding the package."""
+    """Folders below `root` that are submissions: a practice folder, or (with `bare`) one holding the
+    package."""
     if not root.is_dir():
         raise KitError(f"--submissions-root {root}: not a folder; give the folder that holds the submissions")
     found = []

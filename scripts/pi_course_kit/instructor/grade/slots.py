@@ -164,7 +164,8 @@ class SlotServer:
             for fd in handed:
                 os.close(fd)
         if not answer:
-            # The server died or hung under this run: the run counts as lost (a crash), the next gets a new sandbox.
+            # The server died or hung under this run: the run counts as lost (a crash), the next gets a new
+            # sandbox.
             return Sandboxed(LOST, False, bwrap.read_tail(log_path), bwrap.BWRAP, limits.wall_seconds)
         ended = json.loads(answer)
         if not ended.get("fresh"):

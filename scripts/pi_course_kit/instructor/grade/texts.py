@@ -116,12 +116,14 @@ def labelled(label: str, value: object) -> str:
 
 
 def bracketed(text: object) -> str:
-    """` (text)` after a word, punctuated as the grading language writes it (full-width brackets in Chinese)."""
+    """` (text)` after a word, punctuated as the grading language writes it (full-width brackets in
+    Chinese)."""
     return _(" ({text})").format(text=text)
 
 
 def list_separator() -> str:
-    """What separates the items of a run-in list in the grading language (a full-width semicolon in Chinese)."""
+    """What separates the items of a run-in list in the grading language (a full-width semicolon in
+    Chinese)."""
     return _("; ")
 
 

@@ -30,7 +30,8 @@ ORDER_PLUGIN = "pi_course_order"
 
 # Shuffles the collected items with a seed from the command line, so that a control's position next
 # to its original does not give it away. Travels into the tree as tests/pi_course_order.py.
-ORDER_PLUGIN_SOURCE = '''"""Run the collected tests in a seeded random order (written by `pi-course grade`)."""
+ORDER_PLUGIN_SOURCE = '''\
+"""Run the collected tests in a seeded random order (written by `pi-course grade`)."""
 
 import random
 
@@ -127,7 +128,8 @@ _NODE = re.compile(r"^(?P<file>[^:]+)::(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<rest>
 
 
 def disguised_nodes(nodes: Iterable[str], disguises: Mapping[str, Disguise]) -> list[str]:
-    """The node ids a disguised run gives the public `nodes` (those of a module it does not disguise as given)."""
+    """The node ids a disguised run gives the public `nodes` (those of a module it does not disguise as
+    given)."""
     found = []
     for node in nodes:
         match = _NODE.match(node)
