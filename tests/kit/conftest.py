@@ -112,7 +112,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 
 @functools.cache
 def sandbox_problem() -> str | None:
-    """Why grading cannot build its sandbox here, in the grader's own words and with its fix; None if it can."""
+    """Why grading cannot build its sandbox here, in the grader's own words and with its fix; None if it
+    can."""
     uids = bwrap.UidPool(1) if os.geteuid() == 0 else None
     try:
         with tempfile.TemporaryDirectory(prefix="pi-course-kit-probe-") as scratch:
@@ -177,7 +178,8 @@ def rebuilds_labs(checkpoint: Checkpoint) -> bool:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Give `each_checkpoint` every checkpoint of course.toml and `lab_checkpoint` those with labs to rebuild."""
+    """Give `each_checkpoint` every checkpoint of course.toml and `lab_checkpoint` those with labs to
+    rebuild."""
     for name, chosen in (
         ("each_checkpoint", real_checkpoints()),
         ("lab_checkpoint", tuple(cp for cp in real_checkpoints() if rebuilds_labs(cp))),

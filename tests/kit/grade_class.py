@@ -1,4 +1,5 @@
-"""The five-folder class of issue #14, built from fixture-course practice folders, for the grading-output tests."""
+"""The five-folder class of issue #14, built from fixture-course practice folders, for the grading-output
+tests."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ TEACHING = "fx_course/counter.py"
 
 
 def with_labs(course: Course, checkpoint: Checkpoint, labs: set[str], mistake: str | None = None) -> str:
-    """The solution's counter.py (with a named mutation, if given) with the labs not in `labs` stubbed again."""
+    """The solution's counter.py (with a named mutation, if given) with the labs not in `labs` stubbed
+    again."""
     solution = (course.root / checkpoint.solution / TEACHING).read_text(encoding="utf-8")
     if mistake:
         solution = mutate_source(solution, checkpoint.mutation(mistake))
@@ -25,7 +27,8 @@ def with_labs(course: Course, checkpoint: Checkpoint, labs: set[str], mistake: s
 
 
 def make_class(course: Course, checkpoint: Checkpoint, root: Path) -> dict[str, Path]:
-    """complete, complete + the optional exercise, a mistake in Lab 1.2, only 1.1 with an edited test, untouched.
+    """complete, complete + the optional exercise, a mistake in Lab 1.2, only 1.1 with an edited test,
+    untouched.
 
     Each sits one level down (`root/<name>/pi-practice`), so that bare folder names collide on purpose.
     """

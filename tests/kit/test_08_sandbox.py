@@ -124,14 +124,16 @@ def escape(real_course: Course, tmp_path_factory: pytest.TempPathFactory) -> dic
 
 
 def test_bash_commands_of_a_graded_submission_write_nothing_outside_its_copy(escape: dict[str, Any]) -> None:
-    """Do shell and Python writes into the kit, the course's tests, the learner's folder, /tmp and home all fail?"""
+    """Do shell and Python writes into the kit, the course's tests, the learner's folder, /tmp and home all
+    fail?"""
     assert escape["escaped"] == []
     assert escape["after"] == escape["before"]
     assert escape["record"]["sandbox"] == bwrap.BWRAP
 
 
 def test_bash_commands_of_a_graded_submission_read_nothing_outside_its_copy(escape: dict[str, Any]) -> None:
-    """Does the submission find neither the secret beside the batch, nor the reference solution, nor its own folder?"""
+    """Does the submission find neither the secret beside the batch, nor the reference solution, nor its own
+    folder?"""
     assert "LEAK" not in escape["text"]
     assert escape["secret"] not in escape["text"]
 

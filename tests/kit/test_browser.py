@@ -140,7 +140,9 @@ CONTRAST_PROBE = """
       const shown = over([colour[0], colour[1], colour[2], colour[3] * faded(element)], below);
       const [a, b] = [luminance(shown), luminance(below)].sort((x, y) => y - x);
       const ratio = (a + 0.05) / (b + 0.05);
-      if (ratio < minimum) low.push(`${ratio.toFixed(2)}:1 ${style.color} on ${JSON.stringify(below)}: ${text.slice(0, 50)}`);
+      if (ratio < minimum) {
+        low.push(`${ratio.toFixed(2)}:1 ${style.color} on ${JSON.stringify(below)}: ${text.slice(0, 50)}`);
+      }
     }
   }
   return low;
@@ -152,12 +154,15 @@ OVERFLOW_PROBE = """
 () => {
   const width = document.documentElement.clientWidth;
   const wide = [];
-  if (document.documentElement.scrollWidth > width) wide.push(`page ${document.documentElement.scrollWidth}px`);
+  if (document.documentElement.scrollWidth > width) {
+    wide.push(`page ${document.documentElement.scrollWidth}px`);
+  }
   for (const element of document.body.querySelectorAll("*")) {
     const box = element.getBoundingClientRect();
     if (!box.width || !box.height) continue;
     if (box.right > width + 1 || box.left < -1) {
-      wide.push(`<${element.tagName.toLowerCase()} class="${element.getAttribute("class") || ""}"> ${Math.round(box.left)}..${Math.round(box.right)}px`);
+      const tag = `<${element.tagName.toLowerCase()} class="${element.getAttribute("class") || ""}">`;
+      wide.push(`${tag} ${Math.round(box.left)}..${Math.round(box.right)}px`);
     }
   }
   return wide;
@@ -235,7 +240,8 @@ async def _idle(page: Page, ready: str = "() => true") -> None:
 
 
 async def _settled(page: Page) -> None:
-    """After a change (a resize): let two frames render, then wait for idle (cells coming into view paint late)."""
+    """After a change (a resize): let two frames render, then wait for idle (cells coming into view paint
+    late)."""
     await page.evaluate(
         "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))"
     )
@@ -333,7 +339,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """One JupyterLab for every notebook: its own config, settings and workspaces; no news, no update check."""
+    """One JupyterLab for every notebook: its own config, settings and workspaces; no news, no update
+    check."""
     home = tmp_path_factory.mktemp("jupyterlab")
     root = home / "notebooks"
     settings = home / "settings"
@@ -552,7 +559,8 @@ def _kernel_released(lab: Lab, name: str) -> None:
 def test_notebook_opens_in_jupyterlab_goes_idle_and_logs_no_error(
     session: Session, lab_browser: LabBrowser, checkpoint_id: str, tree: str
 ) -> None:
-    """Opened in JupyterLab, does the run notebook go idle within the bound, log no error, and keep text readable?"""
+    """Opened in JupyterLab, does the run notebook go idle within the bound, log no error, and keep text
+    readable?"""
     nb = executed(checkpoint_id, tree)
     name = f"{checkpoint_id}-{tree}.ipynb"
     jupyterlab = lab_browser.lab
@@ -589,7 +597,8 @@ async def _static(viewer: Viewer, path: Path, shot: Path) -> tuple[Visit, list[s
 def test_static_html_export_needs_no_network(
     session: Session, viewers: dict[str, Viewer], checkpoint_id: str, tmp_path: Path
 ) -> None:
-    """Exported with nbconvert --to html, does the notebook show its outputs offline, asking the network for nothing it needs?"""
+    """Exported with nbconvert --to html, does the notebook show its outputs offline, asking the network for
+    nothing it needs?"""
     nb = executed(checkpoint_id, "solution")
     math = [
         cell.source[:60]
@@ -640,7 +649,8 @@ def test_class_report_reads_on_desktop_and_phone(
     reports: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """At 1280 px and on a 390 px phone, does each version fit the width, keep its text readable and log no error?"""
+    """At 1280 px and on a 390 px phone, does each version fit the width, keep its text readable and log no
+    error?"""
     monkeypatch.setenv(i18n.LANG_ENV, "zh_CN")
     path = reports / f"report-{each_checkpoint.id}-{version}.html"
     if not path.exists():  # one page per version, opened at both widths

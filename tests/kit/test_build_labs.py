@@ -1,4 +1,5 @@
-"""`pi-course build-labs` on copies of the fixture course: one source (the solution) regenerates every starter."""
+"""`pi-course build-labs` on copies of the fixture course: one source (the solution) regenerates every
+starter."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_check_lists_a_hand_edited_starter_and_changes_nothing(
 def test_build_round_trip_restores_the_generated_starter(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """After a hand edit, an extra file and a deleted given file, does build-labs restore the exact starter?"""
+    """After a hand edit, an extra file and a deleted given file, does build-labs restore the exact
+    starter?"""
     repo = copy_repo(course, tmp_path / "repo")
     starter = repo / checkpoint.starter
     pristine = snapshot(starter)

@@ -1,4 +1,5 @@
-"""`pi-course check` in fixture-course folders: the per-lab table, the next step, --lab, and --watch re-running on save."""
+"""`pi-course check` in fixture-course folders: the per-lab table, the next step, --lab, and --watch
+re-running on save."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def solved_folder(course: Course, checkpoint: Checkpoint, tmp_path_factory: pyte
 
 
 def test_check_from_a_subfolder_shows_the_blocker_and_where_to_edit(starter_folder: Path) -> None:
-    """From fx_course/ with 1.1 unsolved, does `check --lab 1.2` show 1.2 blocked and send the learner to 1.1?"""
+    """From fx_course/ with 1.1 unsolved, does `check --lab 1.2` show 1.2 blocked and send the learner to
+    1.1?"""
     done = run_cli(["check", "--lab", "1.2"], cwd=starter_folder / "fx_course")
     assert done.returncode == 1
     out = done.stdout
@@ -46,7 +48,8 @@ def test_check_from_a_subfolder_shows_the_blocker_and_where_to_edit(starter_fold
 
 
 def test_check_shows_every_lab_done_on_the_solution(solved_folder: Path, checkpoint: Checkpoint) -> None:
-    """With the solution's teaching files only, does `check` exit 0, every required lab done, the transfer next?"""
+    """With the solution's teaching files only, does `check` exit 0, every required lab done, the transfer
+    next?"""
     done = run_cli(["check"], cwd=solved_folder)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line[:1].isalnum()}

@@ -172,7 +172,8 @@ def test_refuses_an_unknown_checkpoint(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_default_folder_is_git_ignored(course: Course, checkpoint: Checkpoint) -> None:
-    """Is the default destination (.checkpoints/SLUG) ignored by the kit's git, so copies never get committed?"""
+    """Is the default destination (.checkpoints/SLUG) ignored by the kit's git, so copies never get
+    committed?"""
     default = Path(checkpoint_cmd.DEFAULT_BASE) / checkpoint.slug / "parent" / course.package / "counter.py"
     done = subprocess.run(
         ["git", "check-ignore", "-q", str(default)], cwd=REPO, capture_output=True, text=True

@@ -85,7 +85,8 @@ def test_every_word_of_the_page_is_translated() -> None:
 def test_cards_terminal_and_gradebook_give_the_same_figures(
     real_course: Course, each_checkpoint: Checkpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Do the report's cards, the terminal summary and the CSV gradebook agree: learners, graded, mean, scale?"""
+    """Do the report's cards, the terminal summary and the CSV gradebook agree: learners, graded, mean,
+    scale?"""
     records, _ = sample_class(real_course, each_checkpoint)
     figures = statistics(real_course, records)
     shown = cards(render(real_course, each_checkpoint))
@@ -98,7 +99,8 @@ def test_cards_terminal_and_gradebook_give_the_same_figures(
     head = i18n._("class: {folders} folder(s), {graded} graded: {statuses}").split("{statuses}")[0]
     assert terminal.splitlines()[0].startswith(head.format(folders=len(records), graded=figures.graded))
     mean = i18n._(
-        "  mean score {mean:g}/{most:g} over all {learners} learner(s) (a submission that could not be scored counts 0)"
+        "  mean score {mean:g}/{most:g} over all {learners} learner(s) (a submission that could not be "
+        "scored counts 0)"
     )
     assert mean.format(mean=figures.mean, most=figures.required_max, learners=len(records)) in terminal
     gradebook.write_csv(tmp_path / "grades.csv", real_course, records)
@@ -156,7 +158,8 @@ def test_optional_labs_are_shown_apart_and_never_lead_the_failed_tests(
 def test_each_chart_has_a_title_and_a_text_table(
     real_course: Course, each_checkpoint: Checkpoint, version: str
 ) -> None:
-    """Is each chart an image named by its visible caption, with a <title>, and followed by a table of its numbers?"""
+    """Is each chart an image named by its visible caption, with a <title>, and followed by a table of its
+    numbers?"""
     root = parsed(render(real_course, each_checkpoint, version))
     figures = list(root.iterfind(".//h:figure", NS))
     assert figures
@@ -199,7 +202,8 @@ def solution_only_lines(course: Course, checkpoint: Checkpoint) -> list[str]:
 def test_the_class_version_holds_no_solution_code_and_no_learner(
     real_course: Course, each_checkpoint: Checkpoint
 ) -> None:
-    """Is the class version free of solution lines, diffs, diagnose commands and learner ids, and marked safe?"""
+    """Is the class version free of solution lines, diffs, diagnose commands and learner ids, and marked
+    safe?"""
     page = render(real_course, each_checkpoint, class_report.CLASS)
     text = text_of(parsed(page))
     leaked = [line for line in solution_only_lines(real_course, each_checkpoint) if line in text]
@@ -209,7 +213,8 @@ def test_the_class_version_holds_no_solution_code_and_no_learner(
 
 
 def test_the_instructors_version_says_do_not_share(real_course: Course, each_checkpoint: Checkpoint) -> None:
-    """Does the instructor's version say "do not share" in its title and banner, and carry the learners and diffs?"""
+    """Does the instructor's version say "do not share" in its title and banner, and carry the learners and
+    diffs?"""
     page = render(real_course, each_checkpoint, class_report.INSTRUCTOR)
     root = parsed(page)
     mark = texts._(class_report.WORDS["instructor_mark"])
@@ -248,7 +253,8 @@ def test_grade_writes_both_versions_where_asked(
 
 @pytest.mark.parametrize("version", class_report.VERSIONS)
 def test_the_page_is_titled_with_the_whole_courses_title(real_course: Course, version: str) -> None:
-    """Do the <title> and <h1> carry course.toml's [course] title in the run's language, and no checkpoint's?"""
+    """Do the <title> and <h1> carry course.toml's [course] title in the run's language, and no
+    checkpoint's?"""
     written = tomllib.loads((real_course.root / "course.toml").read_text(encoding="utf-8"))["course"]
     title = written["title_en"] if i18n.wants_english() else written["title"]
     checkpoint = real_course.checkpoints[-1]

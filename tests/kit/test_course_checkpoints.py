@@ -120,7 +120,8 @@ def test_every_lab_has_two_chinese_hints_that_hand_out_no_code(each_checkpoint: 
 def test_the_focused_tests_use_exactly_the_labs_markers(
     real_course: Course, each_checkpoint: Checkpoint
 ) -> None:
-    """Are the lab markers used in the checkpoint's focused tests exactly its labs' markers (--strict-markers)?"""
+    """Are the lab markers used in the checkpoint's focused tests exactly its labs' markers
+    (--strict-markers)?"""
     markers = {lab.marker for lab in each_checkpoint.labs}
     used: set[str] = set()
     for relative in each_checkpoint.focused_tests:
@@ -162,7 +163,8 @@ def _signatures(path: Path) -> dict[str, str]:
 def test_the_starter_keeps_every_public_name_signature_and_docstring(
     real_course: Course, lab_checkpoint: Checkpoint
 ) -> None:
-    """Does each teaching file of the starter declare the solution's functions and classes, same signatures and docstrings?"""
+    """Does each teaching file of the starter declare the solution's functions and classes, same signatures
+    and docstrings?"""
     for relative in lab_checkpoint.teaching_files:
         starter = _signatures(real_course.root / lab_checkpoint.starter / relative)
         assert starter == _signatures(real_course.root / lab_checkpoint.solution / relative), relative
@@ -188,7 +190,8 @@ def test_every_lab_piece_of_the_starter_raises_its_numbered_error(
 def test_the_starter_leaves_the_solution_only_files_to_the_learner(
     real_course: Course, lab_checkpoint: Checkpoint
 ) -> None:
-    """Are the solution-only files (a solved optional exercise) in the solution and absent from the starter?"""
+    """Are the solution-only files (a solved optional exercise) in the solution and absent from the
+    starter?"""
     for relative in lab_checkpoint.solution_only:
         assert (real_course.root / lab_checkpoint.solution / relative).is_file()
         assert not (real_course.root / lab_checkpoint.starter / relative).exists()
@@ -247,8 +250,8 @@ LITERALS_06 = (
 
 
 def test_the_06_contract_spells_every_literal_message_of_its_tests(real_course: Course) -> None:
-    """A deliberate 06 example (what a learner of a real chapter reads): does contract-06.md spell every literal
-    message the 06 focused tests expect, byte for byte, and the form of the first red?"""
+    """A deliberate 06 example (what a learner of a real chapter reads): does contract-06.md spell every
+    literal message the 06 focused tests expect, byte for byte, and the form of the first red?"""
     checkpoint = real_course.checkpoint("06")
     assert checkpoint.contract is not None
     contract = (real_course.root / checkpoint.contract).read_text(encoding="utf-8")

@@ -13,7 +13,8 @@ from test_build_labs import add_to_checkpoint, copy_repo, snapshot
 
 
 def test_mutations_are_well_formed_and_placed_in_their_labs(course: Course, checkpoint: Checkpoint) -> None:
-    """Are the fixture's mutations well-formed, each found in the `# ## Lab` section it breaks (indented in a class too)?"""
+    """Are the fixture's mutations well-formed, each found in the `# ## Lab` section it breaks (indented in a
+    class too)?"""
     assert mutation_problems(course, checkpoint) == []
     assert [mutation_lab(course, checkpoint, m) for m in checkpoint.mutations] == ["1.1", "1.2"]
 

@@ -21,7 +21,8 @@ ESC = "\033["
 def test_default_diff_is_starter_against_solution(
     checkpoint: Checkpoint, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Does the default diff show the starter's stubs replaced by the solution's bodies, without lab markers?"""
+    """Does the default diff show the starter's stubs replaced by the solution's bodies, without lab
+    markers?"""
     assert cli.main(["diff", "a1", *FX]) == 0
     out = capsys.readouterr().out
     assert f"--- {checkpoint.starter}/fx_course/counter.py" in out

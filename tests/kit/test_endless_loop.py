@@ -62,7 +62,8 @@ def assert_one_answer(result: RunResult, line: int) -> None:
 
 @pytest.mark.slow
 def test_a_loop_gives_one_answer_naming_its_line_five_runs_in_a_row(looping: tuple[Path, int]) -> None:
-    """Five runs in a row: does each one end with its report, name the loop's line, and never INTERNALERROR?"""
+    """Five runs in a row: does each one end with its report, name the loop's line, and never
+    INTERNALERROR?"""
     folder, line = looping
     for _run in range(5):
         assert_one_answer(run_tests(folder, list(LIMIT), timeout=120), line)

@@ -51,7 +51,8 @@ def test_build_labs_writes_every_starter_of_a_fresh_course(course_copy: Path) ->
 
 
 def test_verify_passes_on_the_fixture_course(course_copy: Path) -> None:
-    """Does every promise hold for both fixture checkpoints: sync, lineage, green, red, first red, mutations?"""
+    """Does every promise hold for both fixture checkpoints: sync, lineage, green, red, first red,
+    mutations?"""
     done = run_cli(["verify", "--course", str(course_copy)], course_copy)
     assert done.returncode == 0, done.stdout + done.stderr
     for line in (
@@ -111,7 +112,8 @@ def test_practice_folder_of_the_child_starts_red_on_its_first_lab_with_the_paren
 
 
 def test_a_course_speaks_its_own_language_when_no_one_names_one(tmp_path: Path, course_copy: Path) -> None:
-    """With no PI_COURSE_LANG and a C locale, do the report and the CLI speak the fixture's `en`, not the real course's Chinese?"""
+    """With no PI_COURSE_LANG and a C locale, do the report and the CLI speak the fixture's `en`, not the real
+    course's Chinese?"""
     quiet = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(tmp_path)}
     made = run_cli(["practice", "a1", str(tmp_path / "p"), "--course", str(course_copy)], tmp_path)
     assert made.returncode == 0, made.stderr
@@ -193,5 +195,6 @@ def test_the_engine_holds_no_chapter_facts() -> None:
 
 
 def test_the_kit_process_never_imports_a_course_package() -> None:
-    """Has this interpreter stayed clear of every course tree, real or fixture (each ran in its own subprocess)?"""
+    """Has this interpreter stayed clear of every course tree, real or fixture (each ran in its own
+    subprocess)?"""
     assert "pi_course" not in sys.modules and "fx_course" not in sys.modules

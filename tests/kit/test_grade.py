@@ -133,7 +133,8 @@ def records(graded: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.sandbox
 def test_grading_runs_and_writes_one_json_record_per_learner(graded: dict[str, Any]) -> None:
-    """Does grading exit 1 (some folders could not be graded) and write one JSON object per folder, in order?"""
+    """Does grading exit 1 (some folders could not be graded) and write one JSON object per folder, in
+    order?"""
     assert graded["code"] == 1
     assert graded["order"] == [
         "complete",
@@ -190,7 +191,8 @@ def test_edited_tests_are_flagged_and_have_no_effect(graded: dict[str, Any]) -> 
 def test_a_catalog_from_an_older_kit_is_no_test_edit_but_an_edited_conftest_is(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Is a folder whose translation catalog predates a kit upgrade left unflagged, while an edited conftest.py is flagged?"""
+    """Is a folder whose translation catalog predates a kit upgrade left unflagged, while an edited
+    conftest.py is flagged?"""
     folder = make_learner(course, checkpoint, tmp_path / "older-kit")
     catalogs = list((folder / "tests").rglob("*.mo"))
     assert catalogs
@@ -213,7 +215,8 @@ def test_skipped_tests_never_count_as_passed(graded: dict[str, Any]) -> None:
 
 @pytest.mark.sandbox
 def test_folders_that_are_not_practice_folders_are_skipped(graded: dict[str, Any]) -> None:
-    """Are a plain folder, one without fx_course/ and a missing path each reported as skipped, with a reason?"""
+    """Are a plain folder, one without fx_course/ and a missing path each reported as skipped, with a
+    reason?"""
     by_name = records(graded)
     assert by_name["plain"]["status"] == "skipped" and ".pi-course/meta.json" in by_name["plain"]["message"]
     assert by_name["no-package"]["status"] == "skipped" and "fx_course/" in by_name["no-package"]["message"]

@@ -44,7 +44,11 @@ NO_PRIVILEGE = """
 import os as _os
 
 _STATUS = dict(_l.split(":", 1) for _l in open("/proc/self/status").read().splitlines() if ":" in _l)
-if _os.getuid() == 0 or _os.geteuid() == 0 or any(int(_STATUS[_s], 16) for _s in ("CapPrm", "CapEff", "CapAmb")):
+if (
+    _os.getuid() == 0
+    or _os.geteuid() == 0
+    or any(int(_STATUS[_s], 16) for _s in ("CapPrm", "CapEff", "CapAmb"))
+):
     raise RuntimeError("PRIVILEGED " + _STATUS["Uid"] + " " + _STATUS["CapEff"])
 """
 GRADE = "import sys; from pi_course_kit import cli; sys.exit(cli.main(sys.argv[1:]))"
@@ -79,7 +83,8 @@ def without_sys_admin(command: list[str], tmp_path: Path) -> subprocess.Complete
 def test_root_without_cap_sys_admin_grades_a_complete_learner_in_full(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """As root without CAP_SYS_ADMIN, is a complete learner graded complete with every test, in the bubblewrap sandbox, and the starter at 0?"""
+    """As root without CAP_SYS_ADMIN, is a complete learner graded complete with every test, in the bubblewrap
+    sandbox, and the starter at 0?"""
     (tmp_path / "first").mkdir()
     (tmp_path / "second").mkdir()
     status = without_sys_admin(["grep", "^CapEff", "/proc/self/status"], tmp_path / "first")
@@ -105,7 +110,8 @@ def test_root_without_cap_sys_admin_grades_a_complete_learner_in_full(
 def test_the_gradescope_bundle_grades_a_complete_learner_in_full_without_cap_sys_admin(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Run as Gradescope runs it, as root without CAP_SYS_ADMIN, does the bundle give a complete upload every point?"""
+    """Run as Gradescope runs it, as root without CAP_SYS_ADMIN, does the bundle give a complete upload every
+    point?"""
     bundle = tmp_path / "autograder.zip"
     export = [sys.executable, "-c", GRADE, "export", "gradescope", checkpoint.id, "-o", str(bundle), *FX]
     assert subprocess.run(export, capture_output=True, text=True, timeout=300).returncode == 0

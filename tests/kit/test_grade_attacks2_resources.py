@@ -110,7 +110,8 @@ def accounted(
 
 
 def test_five_children_are_held_to_the_memory_limit_of_the_whole_run(accounted: dict[str, Any]) -> None:
-    """Five children of 200 MiB each under --memory 512: is every run of it stopped for the whole run's memory, and graded no better than a crash?"""
+    """Five children of 200 MiB each under --memory 512: is every run of it stopped for the whole run's
+    memory, and graded no better than a crash?"""
     graded = accounted["five-children"]
     assert [run.stopped for run in graded["runs"]] == ["memory"] * len(graded["runs"]) != []
     assert graded["record"].status == grading.CRASHED
@@ -118,7 +119,8 @@ def test_five_children_are_held_to_the_memory_limit_of_the_whole_run(accounted: 
 
 
 def test_sixty_busy_processes_are_stopped_at_the_run_s_cpu_time(accounted: dict[str, Any]) -> None:
-    """Sixty busy processes, each far below its own CPU limit: is the run stopped for the CPU time of all of them together, as a timeout?"""
+    """Sixty busy processes, each far below its own CPU limit: is the run stopped for the CPU time of all of
+    them together, as a timeout?"""
     graded = accounted["sixty-busy"]
     assert [run.stopped for run in graded["runs"]] == ["cpu"]
     assert graded["record"].status == grading.TIMEOUT

@@ -95,7 +95,9 @@ if _pid == 0:
 if _pid > 0 or _ctypes.get_errno() != 38:  # ENOSYS: the C library then falls back to clone
     _HITS.append("clone3 answered %d/%d" % (_pid, _ctypes.get_errno()))
 try:
-    _done = _subprocess.run(["unshare", "--user", "--map-root-user", "id", "-u"], capture_output=True, text=True)
+    _done = _subprocess.run(
+        ["unshare", "--user", "--map-root-user", "id", "-u"], capture_output=True, text=True
+    )
     if _done.returncode == 0:
         _HITS.append("unshare -U: uid " + _done.stdout.strip())
 except OSError:
@@ -287,7 +289,8 @@ def _append(folder: Path, payload: str) -> None:
 
 
 def test_a_run_leaves_no_set_user_id_program_on_the_host(attacked: dict[str, Any]) -> None:
-    """After a run that writes a script into every descriptor it holds and makes it 04755, is no file under the scratch set-user-ID or executable, and are the records 0600?"""
+    """After a run that writes a script into every descriptor it holds and makes it 04755, is no file under
+    the scratch set-user-ID or executable, and are the records 0600?"""
     graded = attacked["setuid"]
     assert graded["record"].status == grading.COMPLETE, graded["record"].message
     for seen in graded["seen"]:
@@ -298,7 +301,8 @@ def test_a_run_leaves_no_set_user_id_program_on_the_host(attacked: dict[str, Any
 def test_a_run_in_a_fresh_sandbox_leaves_no_set_user_id_program_either(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """With --fresh-sandbox (bwrap per run, its output inherited through bwrap), is no file under the scratch set-user-ID or executable after the same attack?"""
+    """With --fresh-sandbox (bwrap per run, its output inherited through bwrap), is no file under the scratch
+    set-user-ID or executable after the same attack?"""
     attacker = make_learner(course, checkpoint, tmp_path / "setuid", labs_from_solution=True)
     _append(attacker, HEAD + SETUID + TAIL)
     grader = grading.Grader(course, Limits(wall_seconds=60, cpu_seconds=60), jobs=1, fresh_sandboxes=True)
@@ -314,7 +318,8 @@ def test_a_run_in_a_fresh_sandbox_leaves_no_set_user_id_program_either(
 
 
 def test_classmates_staged_trees_are_closed_to_other_users(attacked: dict[str, Any]) -> None:
-    """Is every staged tree 0700 under a 0700 scratch (owned by the slot's uid under root), and can a user with no rights read neither a learner's code nor the disguised tests?"""
+    """Is every staged tree 0700 under a 0700 scratch (owned by the slot's uid under root), and can a user
+    with no rights read neither a learner's code nor the disguised tests?"""
     runs = [seen for graded in attacked.values() if isinstance(graded, dict) for seen in graded["seen"]]
     assert runs
     for seen in runs:
@@ -324,14 +329,16 @@ def test_classmates_staged_trees_are_closed_to_other_users(attacked: dict[str, A
 
 
 def test_no_user_namespace_can_be_made_inside_the_sandbox(attacked: dict[str, Any]) -> None:
-    """Do unshare(CLONE_NEWUSER), clone3 and `unshare -U` all fail inside the sandbox, while threads still start?"""
+    """Do unshare(CLONE_NEWUSER), clone3 and `unshare -U` all fail inside the sandbox, while threads still
+    start?"""
     record = attacked["userns"]["record"]
     assert "HITS" not in record.message
     assert record.status == grading.COMPLETE, record.message
 
 
 def test_the_server_survives_1500_nested_folders(attacked: dict[str, Any]) -> None:
-    """After 1,500 nested folders in /tmp, is that learner graded complete (no lost run), the next one too, and did the server never fail on the walk?"""
+    """After 1,500 nested folders in /tmp, is that learner graded complete (no lost run), the next one too,
+    and did the server never fail on the walk?"""
     assert attacked["deep"]["record"].status == grading.COMPLETE, attacked["deep"]["record"].message
     assert own_flags(attacked["deep"]["record"]) == []
     after = attacked["after-deep"]["record"]
@@ -343,7 +350,8 @@ def test_the_server_survives_1500_nested_folders(attacked: dict[str, Any]) -> No
 def test_what_a_run_hides_or_changes_never_reaches_the_next_learner(
     attacked: dict[str, Any], attack: str
 ) -> None:
-    """After /tmp or /dev/mqueue was made unlistable, or the server's I/O priority idled, is the next learner complete and clean, and (without root, where the attack works) did the server quit?"""
+    """After /tmp or /dev/mqueue was made unlistable, or the server's I/O priority idled, is the next learner
+    complete and clean, and (without root, where the attack works) did the server quit?"""
     after = attacked[f"after-{attack}"]
     assert (after["record"].status, after["record"].message) == (grading.COMPLETE, ""), attack
     if not ROOT and attack in DIRTYING:
@@ -390,7 +398,10 @@ def run_as_new_user(test_file: Path, inner: str, tmp_path: Path) -> subprocess.C
         work.mkdir()
         os.chown(work, uid, gid)
         shown = "/mnt/pi-a2"
-        prepare = f"mount -t tmpfs -o mode=0755,size=1m tmpfs /mnt && mkdir {shown} && mount --bind {work} {shown} && "
+        prepare = (
+            f"mount -t tmpfs -o mode=0755,size=1m tmpfs /mnt && mkdir {shown} && "
+            f"mount --bind {work} {shown} && "
+        )
         prepare += interpreter_reachable(tmp_path)
         repo = Path(__file__).resolve().parents[2]
         command = (
@@ -411,7 +422,8 @@ def run_as_new_user(test_file: Path, inner: str, tmp_path: Path) -> subprocess.C
 
 @pytest.mark.skipif(not ROOT or bool(os.environ.get(INNER)), reason="creates a user: needs root")
 def test_the_second_series_holds_for_an_unprivileged_instructor(tmp_path: Path) -> None:
-    """Run as a fresh unprivileged user (where hiding /tmp and idling the server really work), does this module pass there too?"""
+    """Run as a fresh unprivileged user (where hiding /tmp and idling the server really work), does this
+    module pass there too?"""
     done = run_as_new_user(Path(__file__).resolve(), INNER, tmp_path)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert re.search(r"\d+ passed", done.stdout) and " failed" not in done.stdout

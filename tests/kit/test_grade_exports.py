@@ -395,7 +395,8 @@ def test_the_terminal_table_lines_up_by_display_width_with_the_graded_labs_only(
 
 
 def test_the_classroom_workflow_is_yaml_whatever_the_install_script_holds(a1: Checkpoint) -> None:
-    """Does an install script with quotes, a colon and a newline stay one step's script, the workflow intact?"""
+    """Does an install script with quotes, a colon and a newline stay one step's script, the workflow
+    intact?"""
     install = "python -m pip install --quiet 'kit @ git+https://example.com/kit.git\"'\nrun: rm -rf ~\n"
     flow = yaml.safe_load(workflow_yaml.render(a1, install, "picourse"))
     steps = flow["jobs"]["run-autograding-tests"]["steps"]
@@ -420,7 +421,8 @@ def test_the_containerfile_pins_its_base_and_every_apt_package() -> None:
 
 
 def test_the_image_and_the_job_grade_as_the_same_unprivileged_user_with_what_bubblewrap_needs() -> None:
-    """Do the image's USER and the Job's runAsUser agree on one non-root uid, with seccomp and AppArmor opened?"""
+    """Do the image's USER and the Job's runAsUser agree on one non-root uid, with seccomp and AppArmor
+    opened?"""
     containerfile = (DEPLOY / "Containerfile").read_text(encoding="utf-8")
     user = re.search(r"^USER (\d+):(\d+)$", containerfile, re.MULTILINE)
     assert user is not None and int(user.group(1)) > 0
@@ -439,7 +441,8 @@ def test_the_image_and_the_job_grade_as_the_same_unprivileged_user_with_what_bub
 
 
 def test_the_image_carries_the_course_parts_that_grading_reads(real_course: Course) -> None:
-    """Does the Containerfile copy the manifest, the trees, the focused tests and every held-out test's folder?"""
+    """Does the Containerfile copy the manifest, the trees, the focused tests and every held-out test's
+    folder?"""
     text = (DEPLOY / "Containerfile").read_text(encoding="utf-8")
     copied = set(re.findall(r"^COPY (\S+) /course/", text, re.MULTILINE))
     needed = {"course.toml", "labs", "solutions", "tests/focused"}

@@ -1,4 +1,5 @@
-"""Grading outputs for the five-folder class (fixture course): points, feedback, JUnit, CSV and the class report."""
+"""Grading outputs for the five-folder class (fixture course): points, feedback, JUnit, CSV and the class
+report."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from pi_course_kit.instructor.grade.questions import question
 def graded(
     course: Course, checkpoint: Checkpoint, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
-    """Grade the class once with every output, in the course's language (the kit's tests default to English)."""
+    """Grade the class once with every output, in the course's language (the kit's tests default to
+    English)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PI_COURSE_LANG", "zh_CN")
         return grade_class(course, checkpoint, tmp_path_factory.mktemp("class"))
@@ -90,7 +92,8 @@ def test_submissions_below_a_root_are_found_and_named_by_their_path(graded: dict
 
 @pytest.mark.sandbox
 def test_points_follow_the_manifest_with_partial_credit_and_extra_credit(graded: dict[str, Any]) -> None:
-    """Do points come from course.toml: 100 for complete, +10 extra for the optional lab, fractions for 1.2?"""
+    """Do points come from course.toml: 100 for complete, +10 extra for the optional lab, fractions for
+    1.2?"""
     rows = csv_rows(graded)
     assert (
         rows["complete/pi-practice"]["points"] == "100.0"
@@ -112,7 +115,8 @@ def test_points_follow_the_manifest_with_partial_credit_and_extra_credit(graded:
 def test_all_or_nothing_lab_scores_zero_until_every_test_passes(
     course: Course, checkpoint: Checkpoint
 ) -> None:
-    """Does an all-or-nothing lab give 0 for 2 of 3 tests and its full points for 3 of 3, while fraction labs scale?"""
+    """Does an all-or-nothing lab give 0 for 2 of 3 tests and its full points for 3 of 3, while fraction labs
+    scale?"""
     transfer = next(lab for lab in checkpoint.labs if lab.credit == "all-or-nothing")
     fraction = next(lab for lab in checkpoint.labs if lab.credit == "fraction" and lab.points)
     assert lab_points(transfer, 2, 3) == 0.0 and lab_points(transfer, 3, 3) == transfer.points
@@ -132,7 +136,8 @@ def test_a_record_that_was_not_graded_scores_nothing(course: Course, checkpoint:
 def test_feedback_names_the_first_failing_test_its_question_and_the_hint(
     graded: dict[str, Any], course: Course, checkpoint: Checkpoint
 ) -> None:
-    """Does the feedback of the learner with a mistake give the first failing test, its docstring and a hint?"""
+    """Does the feedback of the learner with a mistake give the first failing test, its docstring and a
+    hint?"""
     text = (out(graded) / "feedback" / file_name("mistake/pi-practice")).read_text(encoding="utf-8")
     record = graded["records"]["mistake/pi-practice"]
     failing = next(t["nodeid"] for t in record["tests"] if t["lab"] == "1.2" and t["outcome"] != "passed")
@@ -146,7 +151,8 @@ def test_feedback_names_the_first_failing_test_its_question_and_the_hint(
 
 @pytest.mark.sandbox
 def test_every_learner_gets_a_feedback_file_and_a_finished_one_is_told_so(graded: dict[str, Any]) -> None:
-    """Is there one feedback file per learner (colliding folder names kept apart), the complete one saying done?"""
+    """Is there one feedback file per learner (colliding folder names kept apart), the complete one saying
+    done?"""
     files = sorted(p.name for p in (out(graded) / "feedback").iterdir() if p.name != INDEX)
     assert files == sorted(file_names(list(graded["records"])).values())
     complete = (out(graded) / "feedback" / file_name("complete/pi-practice")).read_text(encoding="utf-8")
@@ -195,7 +201,8 @@ def test_class_report_shows_charts_pass_rates_and_linked_mistakes(graded: dict[s
 def test_every_grading_word_has_a_chinese_translation_and_english_stays_available(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Is each msgid of the grading outputs translated in the zh_CN catalog, with English when PI_COURSE_LANG=en?"""
+    """Is each msgid of the grading outputs translated in the zh_CN catalog, with English when
+    PI_COURSE_LANG=en?"""
     monkeypatch.setenv("PI_COURSE_LANG", "zh_CN")
     assert [m for m in texts.msgids() if texts._(m) == m] == []
     monkeypatch.setenv("PI_COURSE_LANG", "en")

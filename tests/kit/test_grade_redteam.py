@@ -359,10 +359,16 @@ try:
         _TRACES.append("message queue")
 except AttributeError:
     pass
-if _resource.getrlimit(_resource.RLIMIT_NOFILE)[1] <= 16 or _resource.getrlimit(_resource.RLIMIT_AS)[1] <= 64 << 20:
+if (
+    _resource.getrlimit(_resource.RLIMIT_NOFILE)[1] <= 16
+    or _resource.getrlimit(_resource.RLIMIT_AS)[1] <= 64 << 20
+):
     _TRACES.append("limits")
 # The grader's own nice value is every run's (`nice -n 5 pytest` grades at 5): only a higher one is a trace.
-if _os.getpriority(_os.PRIO_PROCESS, 0) > {nice} or len(_os.sched_getaffinity(0)) < min(2, _os.cpu_count() or 1):
+if (
+    _os.getpriority(_os.PRIO_PROCESS, 0) > {nice}
+    or len(_os.sched_getaffinity(0)) < min(2, _os.cpu_count() or 1)
+):
     _TRACES.append("priority")
 for _ring in ({user}, {user_session}, {session}):
     if _libc.syscall({keyctl}, {search}, _ctypes.c_long(_ring), b"user", b"planted-{secret}", 0) > 0:
@@ -397,7 +403,8 @@ def next_learner(
 
 
 def test_nothing_of_a_run_reaches_the_learner_graded_next(next_learner: dict[str, dict[str, Any]]) -> None:
-    """After a run that signals and ptraces the fork server, changes its limits, plants files, IPC, keys and a killing daemon, is the next learner graded complete, untouched and unflagged?"""
+    """After a run that signals and ptraces the fork server, changes its limits, plants files, IPC, keys and a
+    killing daemon, is the next learner graded complete, untouched and unflagged?"""
     for part in REACH:
         record = next_learner[f"after-{part}"]
         assert (record["status"], record["message"], record["flags"]) == ("complete", "", []), part
@@ -405,7 +412,8 @@ def test_nothing_of_a_run_reaches_the_learner_graded_next(next_learner: dict[str
 
 
 def test_a_run_that_reaches_past_its_end_gains_nothing(next_learner: dict[str, dict[str, Any]]) -> None:
-    """Does the reaching submission find no way into the fork server, and score no more than its own honest run allows?"""
+    """Does the reaching submission find no way into the fork server, and score no more than its own honest
+    run allows?"""
     for part in REACH:
         record = next_learner[f"reach-{part}"]
         assert "REACHED" not in record["message"]
@@ -613,7 +621,8 @@ def test_printed_text_never_becomes_flags_or_verdicts(attack: dict[str, Any]) ->
 
 
 def test_learner_code_sees_no_secret_home_peer_solution_or_network(attack: dict[str, Any]) -> None:
-    """Does code hunting ~/.ssh, ~/.aws, /proc environ, the grader's keys, solutions/, classmates, the network, a writable disk find nothing?"""
+    """Does code hunting ~/.ssh, ~/.aws, /proc environ, the grader's keys, solutions/, classmates, the
+    network, a writable disk find nothing?"""
     record = rec(attack, "snoop")
     assert record["status"] == "complete", record["message"]
     assert "LEAK" not in attack["text"]
@@ -728,7 +737,10 @@ def test_the_red_team_suite_holds_for_an_unprivileged_instructor(tmp_path: Path)
         work.mkdir()
         os.chown(work, uid, gid)
         shown = "/mnt/pi-rt"
-        prepare = f"mount -t tmpfs -o mode=0755,size=1m tmpfs /mnt && mkdir {shown} && mount --bind {work} {shown} && "
+        prepare = (
+            f"mount -t tmpfs -o mode=0755,size=1m tmpfs /mnt && mkdir {shown} && "
+            f"mount --bind {work} {shown} && "
+        )
         python = os.path.realpath(sys.executable)
         blocked = next(
             (p for p in reversed(Path(python).parents) if p != Path("/") and not os.stat(p).st_mode & 0o001),

@@ -1,4 +1,5 @@
-"""Learner ids (roster, submissions root, path; never a bare folder name), bare pi_course/ submissions, exit codes."""
+"""Learner ids (roster, submissions root, path; never a bare folder name), bare pi_course/ submissions, exit
+codes."""
 
 from __future__ import annotations
 
@@ -112,7 +113,8 @@ def test_roster_csv_carries_learner_ids_and_points(
 def test_a_bare_package_submission_is_graded_with_checkpoint_and_skipped_without(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Is an upload of only the package folder graded with --checkpoint, and without it skipped with exit 1?"""
+    """Is an upload of only the package folder graded with --checkpoint, and without it skipped with exit
+    1?"""
     upload = tmp_path / "uploads/alice"
     upload.mkdir(parents=True)
     shutil.copytree(course.root / checkpoint.solution / course.package, upload / course.package)

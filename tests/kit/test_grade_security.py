@@ -328,7 +328,8 @@ def test_a_missing_bubblewrap_fails_loudly_with_the_fix(
 def test_a_missing_libseccomp_fails_loudly_with_the_fix(
     course: Course, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """Without libseccomp (so no keyring filter), does grading stop before any learner code runs, in one line naming the fix?"""
+    """Without libseccomp (so no keyring filter), does grading stop before any learner code runs, in one line
+    naming the fix?"""
     seccomp.program.cache_clear()
     monkeypatch.setitem(sys.modules, "pyseccomp", None)  # what `import pyseccomp` finds: an ImportError
     try:
@@ -343,14 +344,16 @@ def test_a_missing_libseccomp_fails_loudly_with_the_fix(
 
 @pytest.mark.sandbox
 def test_the_keyring_filter_is_a_program_bwrap_can_load() -> None:
-    """Is the filter a whole number of BPF instructions (8 bytes each), and does it refuse add_key/keyctl inside bwrap?"""
+    """Is the filter a whole number of BPF instructions (8 bytes each), and does it refuse add_key/keyctl
+    inside bwrap?"""
     program = seccomp.program()
     assert program and len(program) % 8 == 0
     rules = seccomp.descriptor()
     try:
         probe = (
             "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
-            f"print(libc.syscall({keyrings.KEYCTL}, {keyrings.KEYCTL_GET_KEYRING_ID}, {keyrings.SESSION_KEYRING}, 0), ctypes.get_errno())"
+            f"print(libc.syscall({keyrings.KEYCTL}, {keyrings.KEYCTL_GET_KEYRING_ID}, "
+            f"{keyrings.SESSION_KEYRING}, 0), ctypes.get_errno())"
         )
         done = subprocess.run(
             ["bwrap", "--seccomp", str(rules), "--dev-bind", "/", "/", sys.executable, "-c", probe],

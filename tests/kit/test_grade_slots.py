@@ -66,7 +66,8 @@ def the_slot(grader: grading.Grader) -> grading.Slot:
 def test_honest_learners_are_all_served_by_one_sandbox(
     grader: grading.Grader, course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Are a finished, a partial and an untouched learner graded right, one after another, by the slot's first sandbox?"""
+    """Are a finished, a partial and an untouched learner graded right, one after another, by the slot's first
+    sandbox?"""
     slot = the_slot(grader)
     starts = slot.server.starts if slot.server else 0
     complete = make_learner(course, checkpoint, tmp_path / "complete", labs_from_solution=True)
@@ -82,7 +83,8 @@ def test_honest_learners_are_all_served_by_one_sandbox(
 def test_a_run_that_leaves_a_process_behind_gets_the_next_learner_a_new_sandbox(
     grader: grading.Grader, course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """When a learner's run leaves a sleeping daemon, does the next learner run in a fresh sandbox, graded complete?"""
+    """When a learner's run leaves a sleeping daemon, does the next learner run in a fresh sandbox, graded
+    complete?"""
     slot = the_slot(grader)
     lingering = make_learner(course, checkpoint, tmp_path / "lingering", labs_from_solution=True)
     tool = lingering / TEACHING
@@ -97,7 +99,8 @@ def test_a_run_that_leaves_a_process_behind_gets_the_next_learner_a_new_sandbox(
 def test_a_server_that_died_between_learners_costs_no_run(
     grader: grading.Grader, course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """If the slot's sandbox is killed between two learners, is the next one still graded by a single, unflagged run?"""
+    """If the slot's sandbox is killed between two learners, is the next one still graded by a single,
+    unflagged run?"""
     slot = the_slot(grader)
     assert slot.server is not None
     slot.server.ready()
@@ -112,7 +115,8 @@ def test_a_server_that_died_between_learners_costs_no_run(
 def test_the_batch_compiles_its_disguised_tests_once_for_the_path_every_run_sees(
     grader: grading.Grader, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Does every disguised test module come with a rewritten pyc that this pytest accepts, named for the sandbox path?"""
+    """Does every disguised test module come with a rewritten pyc that this pytest accepts, named for the
+    sandbox path?"""
     batch = grader.reference(checkpoint).batch
     assert batch is not None
     for relative in checkpoint.tree_tests:
@@ -135,7 +139,8 @@ def test_the_batch_compiles_its_disguised_tests_once_for_the_path_every_run_sees
 def test_a_fresh_sandbox_per_learner_grades_the_same(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Does --fresh-sandbox (one sandbox per learner, no fork server) give the same records as the default slots?"""
+    """Does --fresh-sandbox (one sandbox per learner, no fork server) give the same records as the default
+    slots?"""
     complete = make_learner(course, checkpoint, tmp_path / "complete", labs_from_solution=True)
     untouched = make_learner(course, checkpoint, tmp_path / "untouched")
     # What learner code sees of its process, told through the one channel it has: an import error.
@@ -171,7 +176,8 @@ def test_fresh_sandbox_and_unsafe_together_are_refused(
 def test_a_slot_that_cannot_start_stops_grading_before_any_learner_with_the_way_out(
     course: Course, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """When the fork server cannot start (an old bwrap, say), does the grader refuse at once, naming --fresh-sandbox?"""
+    """When the fork server cannot start (an old bwrap, say), does the grader refuse at once, naming
+    --fresh-sandbox?"""
 
     def broken(*args: object, **kwargs: object) -> list[str]:
         return ["/bin/sh", "-c", "echo 'bwrap: Unknown option --as-pid-1' >&2; exit 1"]

@@ -38,7 +38,8 @@ def practice_import_limit(course: Course, checkpoint: Checkpoint) -> float:
 def test_an_import_slower_than_the_practice_bound_still_grades_complete(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Does a finished solution whose import takes longer than the practice folder's bound (as on a busy machine) grade complete?"""
+    """Does a finished solution whose import takes longer than the practice folder's bound (as on a busy
+    machine) grade complete?"""
     folder = finished_folder(course, checkpoint, tmp_path / "slow-import")
     tool = folder / checkpoint.teaching_files[0]
     # A sleep at import time stands in for a machine so loaded that importing takes this long.
@@ -94,7 +95,8 @@ def graded_losing_reports(
     monkeypatch: pytest.MonkeyPatch,
     lost: int,
 ) -> tuple[list[int], grading.LearnerRecord]:
-    """Grade a finished folder made at `dest` while its first `lost` runs lose their report; the runs and the record."""
+    """Grade a finished folder made at `dest` while its first `lost` runs lose their report; the runs and the
+    record."""
     grader.reference(checkpoint)  # the solution's own disguised check runs before the counting starts
     folder = finished_folder(course, checkpoint, dest)
     runs = losing_reports(grader, monkeypatch, lost)
@@ -108,7 +110,8 @@ def test_a_run_that_lost_its_report_is_graded_by_one_rerun_and_says_so(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Does a finished solution whose first run ends without its report get the second run's score, flagged?"""
+    """Does a finished solution whose first run ends without its report get the second run's score,
+    flagged?"""
     runs, record = graded_losing_reports(
         grader, course, checkpoint, tmp_path / "finished", monkeypatch, lost=1
     )
@@ -158,7 +161,8 @@ def test_a_kit_file_edited_on_disk_during_a_batch_never_reaches_a_learner(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Is every learner graded with the report files the solution was checked with, even if the disk copy changes mid-batch?"""
+    """Is every learner graded with the report files the solution was checked with, even if the disk copy
+    changes mid-batch?"""
     grader.reference(checkpoint)
     folder = finished_folder(course, checkpoint, tmp_path / "finished")
     real_files = staging.test_files

@@ -1,4 +1,5 @@
-"""Gradescope and GitHub Classroom on the fixture course: the autograder bundle run in a temporary /autograder."""
+"""Gradescope and GitHub Classroom on the fixture course: the autograder bundle run in a temporary
+/autograder."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def bundle(tmp_path_factory: pytest.TempPathFactory, course: Course, checkpoint:
 
 
 def autograder_root(bundle: Path, root: Path) -> Path:
-    """A folder laid out as Gradescope lays out /autograder: source/ (the zip), run_autograder, submission/."""
+    """A folder laid out as Gradescope lays out /autograder: source/ (the zip), run_autograder,
+    submission/."""
     with zipfile.ZipFile(bundle) as archive:
         archive.extractall(root / "source")
     shutil.copyfile(root / "source/run_autograder", root / "run_autograder")
@@ -66,7 +68,8 @@ def run_autograder(root: Path) -> dict[str, Any]:
 def test_the_bundle_holds_setup_run_autograder_the_kit_and_the_pristine_course(
     bundle: Path, checkpoint: Checkpoint
 ) -> None:
-    """Does the zip have setup.sh and run_autograder (executable) at its root, the kit's source and the course?"""
+    """Does the zip have setup.sh and run_autograder (executable) at its root, the kit's source and the
+    course?"""
     with zipfile.ZipFile(bundle) as archive:
         names = set(archive.namelist())
         modes = {info.filename: info.external_attr >> 16 for info in archive.infolist()}
@@ -80,7 +83,8 @@ def test_the_bundle_holds_setup_run_autograder_the_kit_and_the_pristine_course(
 
 
 def test_the_autograder_installs_what_grading_imports_as_pyproject_declares_it(course: Course) -> None:
-    """Does requirements.txt name the sandbox's packages and the seccomp binding, each as pyproject.toml pins it?"""
+    """Does requirements.txt name the sandbox's packages and the seccomp binding, each as pyproject.toml pins
+    it?"""
     declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     allowed = {*declared["dependencies"], *declared["optional-dependencies"]["instructor"]}
     assert set(export.REQUIREMENTS) <= allowed
@@ -163,7 +167,8 @@ def test_setup_keeps_the_traced_reference_and_each_submission_reads_it_back(
 def test_the_bundle_s_requirements_are_pinned_to_exact_versions_with_what_they_need(
     bundle: Path, course: Course
 ) -> None:
-    """Is every line of requirements.txt `name==version` (the versions installed here), dependencies included?"""
+    """Is every line of requirements.txt `name==version` (the versions installed here), dependencies
+    included?"""
     with zipfile.ZipFile(bundle) as archive:
         lines = archive.read("requirements.txt").decode().splitlines()
     parsed = [Requirement(line) for line in lines]
@@ -178,7 +183,8 @@ def test_the_bundle_s_requirements_are_pinned_to_exact_versions_with_what_they_n
 
 
 def macos_zip(course: Course, checkpoint: Checkpoint, zip_path: Path) -> None:
-    """A zip as macOS's Finder makes it: the folder, `__MACOSX/` AppleDouble twins, `._` files and `.DS_Store`."""
+    """A zip as macOS's Finder makes it: the folder, `__MACOSX/` AppleDouble twins, `._` files and
+    `.DS_Store`."""
     package = course.root / checkpoint.solution / course.package
     with zipfile.ZipFile(zip_path, "w") as archive:
         for path in sorted(package.rglob("*.py")):
@@ -196,7 +202,8 @@ def macos_zip(course: Course, checkpoint: Checkpoint, zip_path: Path) -> None:
 def test_a_macos_zip_with_its_litter_scores_full_points(
     bundle: Path, course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Does a zip made on macOS (one folder, __MACOSX/, ._ files, .DS_Store), unpacked as Gradescope does, score full?"""
+    """Does a zip made on macOS (one folder, __MACOSX/, ._ files, .DS_Store), unpacked as Gradescope does,
+    score full?"""
     root = autograder_root(bundle, tmp_path / "ag")
     macos_zip(course, checkpoint, tmp_path / "upload.zip")
     with zipfile.ZipFile(tmp_path / "upload.zip") as archive:
@@ -209,7 +216,8 @@ def test_a_macos_zip_with_its_litter_scores_full_points(
 def test_loose_files_at_the_top_are_graded_over_the_starter_with_extra_credit(
     bundle: Path, course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Do the edited files uploaded loose (no package folder) score every point, the optional one as extra credit?"""
+    """Do the edited files uploaded loose (no package folder) score every point, the optional one as extra
+    credit?"""
     root = autograder_root(bundle, tmp_path)
     for relative in (*checkpoint.teaching_files, *checkpoint.solution_only):
         source = course.root / checkpoint.solution / relative
@@ -324,7 +332,8 @@ def reporter_totals(result: dict[str, Any]) -> tuple[float, float, float]:
 
 
 def test_the_reporter_logs_the_score_it_records_for_one_lab_of_four(real_course: Course) -> None:
-    """With lab 6.1 (40 points) done and the rest not, do the reporter's log, table and recorded score all say 40?"""
+    """With lab 6.1 (40 points) done and the rest not, do the reporter's log, table and recorded score all say
+    40?"""
     checkpoint = real_course.checkpoint("06")
     record = LearnerRecord("me", "/me", "partial", checkpoint.id)
     record.labs = [
@@ -351,7 +360,8 @@ def test_the_reporter_logs_the_score_it_records_for_one_lab_of_four(real_course:
 def test_reporter_totals_agree_for_any_partial_credit(
     course: Course, checkpoint: Checkpoint, passed: int, total: int
 ) -> None:
-    """For any share of a lab's tests passed, do the reporter's three totals agree with each other, within a point?"""
+    """For any share of a lab's tests passed, do the reporter's three totals agree with each other, within a
+    point?"""
     record = LearnerRecord("me", "/me", "partial", checkpoint.id)
     record.labs = [
         LabScore(lab.id, lab.title, lab.optional, passed if index == 0 else total, total, "failing")
@@ -408,7 +418,8 @@ def test_a_wheel_kit_is_bundled_and_the_workflow_refuses_other_bytes(tmp_path: P
 
 
 def test_a_commit_pinned_repository_kit_is_installed_by_that_commit(a_commit: str = "ab" * 20) -> None:
-    """Is git+https://...git@<40 hex> installed as `pi-course-kit @` that exact commit, quoted for the shell?"""
+    """Is git+https://...git@<40 hex> installed as `pi-course-kit @` that exact commit, quoted for the
+    shell?"""
     source = classroom.kit_source(f"git+https://git.example.edu/course/pi-course-kit.git@{a_commit}")
     assert (
         source.requirement
@@ -435,8 +446,8 @@ def test_the_shipped_classroom_workflow_is_the_one_export_writes(real_course: Co
 def test_classroom_grading_works_from_a_course_without_solutions(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """With only the learner's part of the course (as the installed kit has it), is a finished repository given
-    every required point in the reporter's result?"""
+    """With only the learner's part of the course (as the installed kit has it), is a finished repository
+    given every required point in the reporter's result?"""
     bundled = tmp_path / "course"
     bundled.mkdir()
     shutil.copyfile(course.path, bundled / "course.toml")

@@ -190,7 +190,8 @@ def test_no_practice_folder_or_checkpoint_copy_holds_a_held_out_test(
 
 
 def test_the_wheel_file_list_holds_no_held_out_test(real_course: Course) -> None:
-    """Of what pyproject's wheel target puts in the wheel (its packages and force-include), is none held out?"""
+    """Of what pyproject's wheel target puts in the wheel (its packages and force-include), is none held
+    out?"""
     target = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["hatch"]["build"]
     wheel = target["targets"]["wheel"]
     sources = [*wheel["packages"], *wheel["force-include"]]
@@ -226,7 +227,8 @@ def test_the_gradescope_bundle_holds_held_out_tests_only_in_the_grading_course(
 def test_grading_an_installed_course_without_held_out_files_uses_the_public_tests(
     real_course: Course,
 ) -> None:
-    """Without the solution (the installed kit's course), is the checkpoint graded with its public tests alone?"""
+    """Without the solution (the installed kit's course), is the checkpoint graded with its public tests
+    alone?"""
     checkpoint = real_course.checkpoint("07")
     graded_checkpoint = held_out.graded(real_course, checkpoint)
     assert graded_checkpoint.tree_tests[-2:] == tuple(held_out.lineage_files(real_course, checkpoint))
@@ -237,7 +239,8 @@ def test_grading_an_installed_course_without_held_out_files_uses_the_public_test
 def test_a_missing_held_out_file_in_a_checkout_stops_grading_in_one_line(
     real_course: Course, tmp_path: Path
 ) -> None:
-    """In a checkout whose held-out file is gone, does grading refuse, naming the file, instead of scoring less?"""
+    """In a checkout whose held-out file is gone, does grading refuse, naming the file, instead of scoring
+    less?"""
     checkpoint = replace(real_course.checkpoint("06"), held_out=("tests/held_out/test_gone_held_out.py",))
     course = replace(
         real_course, checkpoints=tuple(c if c.id != "06" else checkpoint for c in real_course.checkpoints)
@@ -268,7 +271,8 @@ def test_a_bad_held_out_path_is_refused_in_one_line(line: str, tmp_path: Path) -
 
 
 def test_the_held_out_tests_are_kit_style_focused_tests(real_course: Course) -> None:
-    """Does every held-out test carry exactly one lab marker of its checkpoint and ask its question in Chinese?"""
+    """Does every held-out test carry exactly one lab marker of its checkpoint and ask its question in
+    Chinese?"""
     for checkpoint in real_course.checkpoints:
         markers = {lab.marker for lab in checkpoint.tree_labs}
         for relative in checkpoint.held_out:

@@ -127,7 +127,8 @@ def test_reset_restores_one_lab_and_backs_up_the_learner_version(
 def test_reset_state_runs_red_on_the_reset_lab_only(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After `reset 1.1` on the solution, is 1.1 not started, 1.2 blocked by it and 1.1's red the next step?"""
+    """After `reset 1.1` on the solution, is 1.1 not started, 1.2 blocked by it and 1.1's red the next
+    step?"""
     folder = make_folder(course, checkpoint, tmp_path / "p")
     solve(course, checkpoint, folder)
     monkeypatch.chdir(folder)
@@ -152,7 +153,8 @@ def test_resetting_every_lab_of_the_solution_gives_the_starter(course: Course, c
 
 
 def test_reset_keeps_learner_comments_outside_the_lab_and_handles_one_liners(starter_text: str) -> None:
-    """Are a one-line def, a comment inside the body and a different docstring all replaced, other code kept?"""
+    """Are a one-line def, a comment inside the body and a different docstring all replaced, other code
+    kept?"""
     learner = starter_text.replace(
         "    def reset(self) -> None:\n"
         '        """Go back to zero."""\n'
@@ -161,7 +163,8 @@ def test_reset_keeps_learner_comments_outside_the_lab_and_handles_one_liners(sta
     ).replace(
         '        """Count one more and return the new count."""\n'
         '        raise LabNotImplemented("1.1", "Counter.add")\n',
-        "        # my plan: add then return\n        self.count += 1\n        return self.count\n        # trailing thought\n",
+        "        # my plan: add then return\n        self.count += 1\n        return self.count\n"
+        "        # trailing thought\n",
     )
     learner += "\n\n# my own helper, outside every lab\nMY_CONSTANT = 42\n"
     assert learner != starter_text
@@ -176,7 +179,8 @@ def test_reset_refuses_a_file_that_does_not_parse(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """With a syntax error in counter.py, does `reset 1.1` exit 2 naming the line, touching nothing; does --all work?"""
+    """With a syntax error in counter.py, does `reset 1.1` exit 2 naming the line, touching nothing; does
+    --all work?"""
     folder = make_folder(course, checkpoint, tmp_path / "p")
     counter = folder / "fx_course" / "counter.py"
     broken = counter.read_text(encoding="utf-8") + "\ndef oops(:\n"
@@ -273,7 +277,8 @@ def solved_status(course: Course, checkpoint: Checkpoint, tmp_path_factory: pyte
 def test_deleted_tests_are_named_and_reset_kit_puts_them_back(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """With tests/ and pytest.ini deleted: does check say what is missing and what to run, and reset --kit restore them?"""
+    """With tests/ and pytest.ini deleted: does check say what is missing and what to run, and reset --kit
+    restore them?"""
     folder = make_folder(course, checkpoint, tmp_path / "p")
     solve(course, checkpoint, folder)
     shipped = snapshot(folder)
@@ -306,7 +311,8 @@ def test_deleted_tests_are_named_and_reset_kit_puts_them_back(
 def test_reset_all_also_restores_a_changed_kit_file(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """After the learner edits a test file, does `reset --all` put the shipped test back (and back the edit up)?"""
+    """After the learner edits a test file, does `reset --all` put the shipped test back (and back the edit
+    up)?"""
     folder = make_folder(course, checkpoint, tmp_path / "p")
     test_file = folder / "tests" / "test_a1_counter.py"
     shipped = test_file.read_bytes()
@@ -343,7 +349,8 @@ def test_a_fresh_folder_has_an_agent_guide_naming_the_commands(
 
 @pytest.mark.usefixtures("chinese")
 def test_a_chinese_course_gets_its_agent_guide_in_chinese(real_course: Course, tmp_path: Path) -> None:
-    """In a Chinese run, is the agent guide of the (Chinese) course in Chinese, with the chapter's own notes?"""
+    """In a Chinese run, is the agent guide of the (Chinese) course in Chinese, with the chapter's own
+    notes?"""
     lab_checkpoint = next(cp for cp in real_course.checkpoints if not cp.observation)
     folder = make_folder(real_course, lab_checkpoint, tmp_path / "p")
     guide = (folder / "AGENT-GUIDE.md").read_text(encoding="utf-8")

@@ -18,7 +18,8 @@ from sample_class import sample_class
 
 
 def html_problems(markup: str, *, document: bool = False) -> list[str]:
-    """html5lib's parse errors for `markup` (a whole page, or a fragment as a cell output is), one line each."""
+    """html5lib's parse errors for `markup` (a whole page, or a fragment as a cell output is), one line
+    each."""
     parser = html5lib.HTMLParser(strict=False)
     if document:
         parser.parse(markup)
@@ -43,9 +44,13 @@ def svg_problems(markup: str) -> list[str]:
 
 
 def test_the_parser_rejects_the_quote_that_froze_jupyterlab() -> None:
-    """Does the check catch a CSS font name in quotes inside a single-quoted style attribute, and pass its fix?"""
+    """Does the check catch a CSS font name in quotes inside a single-quoted style attribute, and pass its
+    fix?"""
     broken = "<table><tr><td style='font-family:Menlo,'Noto Sans Mono CJK SC',monospace'>x</td></tr></table>"
-    fixed = '<table><tr><td style="font-family:Menlo,&#39;Noto Sans Mono CJK SC&#39;,monospace">x</td></tr></table>'
+    fixed = (
+        '<table><tr><td style="font-family:Menlo,&#39;Noto Sans Mono CJK SC&#39;,monospace">'
+        "x</td></tr></table>"
+    )
     assert any("attribute" in problem for problem in html_problems(broken))
     assert html_problems(fixed) == []
     assert svg_problems("<svg><text x='1'>a</svg>") != [] and svg_problems("<svg><text>a</text></svg>") == []
@@ -75,7 +80,8 @@ def test_every_notebook_output_parses_without_an_error(checkpoint_id: str, tree:
 def test_class_report_parses_as_a_document_without_an_error(
     real_course: Course, each_checkpoint: Checkpoint, version: str
 ) -> None:
-    """Does each version of the class report, for a class of every kind of learner, parse as one clean page?"""
+    """Does each version of the class report, for a class of every kind of learner, parse as one clean
+    page?"""
     records, mutations = sample_class(real_course, each_checkpoint)
     page = class_report.render(real_course, records, mutations, version=version)
     assert page.startswith("<!DOCTYPE html>")

@@ -172,7 +172,8 @@ def _offending(outputs: dict[str, str], judge: object) -> list[str]:
 def test_an_english_course_under_an_english_locale_prints_no_chinese_line(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Under LANG=en_US.UTF-8, do practice, checkpoint, check, hint, status, reset, diff and their errors print no Chinese?"""
+    """Under LANG=en_US.UTF-8, do practice, checkpoint, check, hint, status, reset, diff and their errors
+    print no Chinese?"""
     assert course.language == "en"
     outputs = learner_session(FIXTURE, checkpoint, tmp_path, "en_US.UTF-8")
     assert "next: Lab 1.1" in outputs["check"]  # the session really ran
@@ -244,7 +245,8 @@ def _focused_tests(course: Course) -> dict[str, dict[str, str]]:
 def test_every_focused_test_asks_its_question_in_chinese_and_has_its_english_form(
     real_course: Course,
 ) -> None:
-    """Is each focused test's question Chinese, with an English form in questions_en.toml and nothing stale?"""
+    """Is each focused test's question Chinese, with an English form in questions_en.toml and nothing
+    stale?"""
     questions = read_questions(real_course.root / "tests" / "focused" / QUESTIONS_EN)
     tests = _focused_tests(real_course)
     assert {(m, t) for m, names in tests.items() for t in names} == {
@@ -298,7 +300,8 @@ def test_every_question_a_focused_test_asks_ends_as_a_question(real_course: Cour
 
 
 def test_every_lab_and_checkpoint_of_the_course_has_its_english_title_and_hints(real_course: Course) -> None:
-    """Does every checkpoint have title_en, and every lab title_en and as many hints_en as hints, in English?"""
+    """Does every checkpoint have title_en, and every lab title_en and as many hints_en as hints, in
+    English?"""
     for checkpoint in real_course.checkpoints:
         assert checkpoint.title_en and not chinese_line(checkpoint.title_en), checkpoint.id
         for lab in checkpoint.labs:
@@ -310,7 +313,8 @@ def test_every_lab_and_checkpoint_of_the_course_has_its_english_title_and_hints(
 def test_the_course_title_names_the_whole_course_in_the_run_s_language(
     real_course: Course, tmp_path: Path
 ) -> None:
-    """Does the checkpoint listing open with the whole course's title: Chinese by default, title_en in English?"""
+    """Does the checkpoint listing open with the whole course's title: Chinese by default, title_en in
+    English?"""
     assert real_course.title_en and not chinese_line(real_course.title_en)
     assert CJK.search(real_course.title)
     course = ["--course", str(real_course.root)]
@@ -320,7 +324,8 @@ def test_the_course_title_names_the_whole_course_in_the_run_s_language(
 
 
 def test_every_checkpoint_has_its_agent_notes_in_chinese_and_in_english(real_course: Course) -> None:
-    """Does every checkpoint carry the three agent notes in Chinese, and their English forms with no Chinese?"""
+    """Does every checkpoint carry the three agent notes in Chinese, and their English forms with no
+    Chinese?"""
     for checkpoint in real_course.checkpoints:
         zh, en = checkpoint.agent_notes, checkpoint.agent_notes_en
         assert zh is not None and en is not None, checkpoint.id
@@ -331,7 +336,8 @@ def test_every_checkpoint_has_its_agent_notes_in_chinese_and_in_english(real_cou
 
 
 def test_the_chinese_course_in_an_english_locale_speaks_english(real_course: Course, tmp_path: Path) -> None:
-    """Under LANG=en_US.UTF-8, do both guides, check (with a wrong value planted) and hint of 01 show no Chinese?"""
+    """Under LANG=en_US.UTF-8, do both guides, check (with a wrong value planted) and hint of 01 show no
+    Chinese?"""
     checkpoint = next(c for c in real_course.checkpoints if not c.observation)
     folder = tmp_path / "practice"
     _run(["practice", checkpoint.id, str(folder)], tmp_path, "en_US.UTF-8")

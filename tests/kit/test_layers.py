@@ -1,4 +1,5 @@
-"""The engine's import graph: no cycle, and the layers hold (core below everything, the sandbox behind the grader).
+"""The engine's import graph: no cycle, and the layers hold (core below everything, the sandbox behind the
+grader).
 
 The graph is read with `ast` from every module of scripts/pi_course_kit, counting every import, also one
 inside a function or under TYPE_CHECKING, and a module named by a string for importlib (the CLI's

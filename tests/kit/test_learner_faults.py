@@ -49,7 +49,8 @@ def test_the_run_goes_on():
 def faulty_folder(
     course: Course, checkpoint: Checkpoint, root: Path, function: str, fault: str, with_probe: bool = True
 ) -> Path:
-    """A solved practice folder whose method `function` starts with `fault`, plus (by default) the probe tests."""
+    """A solved practice folder whose method `function` starts with `fault`, plus (by default) the probe
+    tests."""
     folder = make_folder(course, checkpoint, root / "p")
     solve(course, checkpoint, folder)
     counter = folder / "fx_course" / "counter.py"
@@ -101,7 +102,8 @@ def test_syntax_error_is_one_line_with_its_lab(
 def test_endless_loop_is_stopped_per_test_naming_the_lab(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Is an endless loop stopped by the per-test timeout, naming the lab, its lab's other tests not run into it?"""
+    """Is an endless loop stopped by the per-test timeout, naming the lab, its lab's other tests not run into
+    it?"""
     folder = faulty_folder(course, checkpoint, tmp_path, "add", "while True: pass")
     started = time.monotonic()
     result = probe(folder, "--timeout", "1")
@@ -284,7 +286,8 @@ def test_a_failure_that_waited_is_not_run_again_to_be_traced(
 def test_exiting_inside_a_test_still_ends_in_a_report(
     fault: str, course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Does sys.exit()/os._exit() in learner code fail that test with a plain message, and the report still print?"""
+    """Does sys.exit()/os._exit() in learner code fail that test with a plain message, and the report still
+    print?"""
     folder = faulty_folder(course, checkpoint, tmp_path, "reset", fault)
     result = probe(folder)
     assert result.finished

@@ -1,4 +1,5 @@
-"""Issue 11: learner feedback a learner can trust, reproduced in real practice folders (of the fixture course)."""
+"""Issue 11: learner feedback a learner can trust, reproduced in real practice folders (of the fixture
+course)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def test_a_finished_lab_run_alone_never_says_every_lab_is_done(
 def test_an_import_time_loop_ends_within_the_limit_naming_file_line_and_lab(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Does `while True: pass` at the end of counter.py end the run with a red naming the file, its line and its lab?"""
+    """Does `while True: pass` at the end of counter.py end the run with a red naming the file, its line and
+    its lab?"""
     folder = folder_with(course, checkpoint, tmp_path, set())
     counter = folder / COUNTER
     lines = counter.read_text(encoding="utf-8").splitlines()
@@ -92,7 +94,8 @@ def test_a_loop_in_an_earlier_lab_blames_that_lab_and_blocks_the_later_one(
 def test_a_run_stopped_by_x_shows_a_partial_count(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """With `-x` on a fresh folder, is the lab shown as 0 of 1 run out of all its tests, and the stop named?"""
+    """With `-x` on a fresh folder, is the lab shown as 0 of 1 run out of all its tests, and the stop
+    named?"""
     folder = make_folder(course, checkpoint, tmp_path / "practice")
     result = english(folder, ["-m", "lab1_1", "-x"])
     row = result.lab("1.1")
@@ -117,7 +120,8 @@ def test_some_passing_tests_with_own_stubs_left_is_in_progress() -> None:
 def test_a_wrong_answer_shows_the_test_question_the_difference_and_an_edit_line(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, mutation: str, lab: str, expected: str
 ) -> None:
-    """For each typical mistake, does the next step give the test's name and question, the differing value and edit:?"""
+    """For each typical mistake, does the next step give the test's name and question, the differing value and
+    edit:?"""
     folder = folder_with(course, checkpoint, tmp_path, set())
     found = checkpoint.mutation(mutation)
     edit(folder, found.find, found.replace)
@@ -145,7 +149,8 @@ def test_reset_names_its_backup_and_undo_puts_the_version_back(
 def test_diagnose_in_a_practice_folder_needs_show_solution(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Does `pi-course diagnose a1 NAME` in a learner's folder refuse without --show-solution, showing no code?"""
+    """Does `pi-course diagnose a1 NAME` in a learner's folder refuse without --show-solution, showing no
+    code?"""
     folder = make_folder(course, checkpoint, tmp_path / "practice")
     done = run_cli(["diagnose", "a1", "add-two"], folder)
     assert done.returncode != 0 and "--show-solution" in done.stderr
@@ -155,7 +160,8 @@ def test_diagnose_in_a_practice_folder_needs_show_solution(
 def test_bare_hint_during_a_syntax_error_names_it_and_never_gives_the_optional_hint(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """After the next step pointed at extra1, does a bare hint during a syntax error name the line and a required lab?"""
+    """After the next step pointed at extra1, does a bare hint during a syntax error name the line and a
+    required lab?"""
     folder = folder_with(course, checkpoint, tmp_path, {"1.2"})
     meta = folder / ".pi-course" / "meta.json"
     data = json.loads(meta.read_text(encoding="utf-8"))
@@ -170,7 +176,8 @@ def test_bare_hint_during_a_syntax_error_names_it_and_never_gives_the_optional_h
 def test_the_report_speaks_the_courses_language_by_default_and_another_on_request(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """Does a plain run print the table in the course's language (the fixture's English), and Chinese on request?"""
+    """Does a plain run print the table in the course's language (the fixture's English), and Chinese on
+    request?"""
     folder = make_folder(course, checkpoint, tmp_path / "practice")
     env = {
         k: v
@@ -183,7 +190,8 @@ def test_the_report_speaks_the_courses_language_by_default_and_another_on_reques
 
 
 def test_the_compiled_catalog_matches_its_po_file() -> None:
-    """Does every translation of the .po file come out of the committed .mo file unchanged (is the .mo fresh)?"""
+    """Does every translation of the .po file come out of the committed .mo file unchanged (is the .mo
+    fresh)?"""
     for po in LOCALE.glob("*/LC_MESSAGES/pi_course.po"):
         with po.open("rb") as handle:
             catalog = read_po(handle)
@@ -196,7 +204,8 @@ def test_the_compiled_catalog_matches_its_po_file() -> None:
 
 
 def test_every_message_of_the_catalog_is_defined_once() -> None:
-    """Is each msgid written once in the .po file (msgfmt -c refuses a duplicate; Babel keeps the last one)?"""
+    """Is each msgid written once in the .po file (msgfmt -c refuses a duplicate; Babel keeps the last
+    one)?"""
     for po in LOCALE.glob("*/LC_MESSAGES/pi_course.po"):
         with po.open("rb") as handle:
             catalog = read_po(handle)

@@ -123,7 +123,8 @@ def state(root: Path) -> tuple[dict[str, str], set[str]]:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bad_input_is_one_line_and_changes_nothing(name: str, starter: Path, tmp_path: Path) -> None:
-    """Is this bad command refused with a non-zero exit, one stderr line, no traceback and no change on disk?"""
+    """Is this bad command refused with a non-zero exit, one stderr line, no traceback and no change on
+    disk?"""
     case = CASES[name]
     ws = scratch(tmp_path, starter)
     cwd = {"ws": ws, "folder": ws / "folder", "sub": ws / "folder" / "fx_course", "corrupt": ws / "corrupt"}[

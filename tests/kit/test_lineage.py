@@ -43,7 +43,8 @@ def test_practice_from_an_unfinished_parent_folder_is_refused_and_changes_nothin
 def test_practice_from_a_finished_parent_folder_carries_the_learners_own_files(
     tmp_path: Path, course: Course, child: Checkpoint
 ) -> None:
-    """With the parent finished, does the child folder hold the learner's own files and start red on its lab?"""
+    """With the parent finished, does the child folder hold the learner's own files and start red on its
+    lab?"""
     parent = course.parent_of(child)
     assert parent is not None
     assert run_cli(["practice", parent.id, str(tmp_path / "mine"), *FX], tmp_path).returncode == 0
@@ -72,7 +73,8 @@ def test_practice_from_a_finished_parent_folder_carries_the_learners_own_files(
 def test_practice_from_writes_the_metadata_once_with_the_carried_files_and_their_origin(
     tmp_path: Path, course: Course, child: Checkpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Is the child's meta.json written in one atomic write, hashing the learner's files and naming their folder?"""
+    """Is the child's meta.json written in one atomic write, hashing the learner's files and naming their
+    folder?"""
     parent = course.parent_of(child)
     assert parent is not None
     mine = practice.create(course, parent, tmp_path / "mine")
@@ -195,7 +197,8 @@ def test_grading_a_child_flags_a_parent_that_is_no_longer_green(
 def test_a_changed_file_the_course_supplies_instead_is_named_and_kept(
     tmp_path: Path, course: Course, child: Checkpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """When the learner changed a package file that the new folder takes from the course, is it named and kept?"""
+    """When the learner changed a package file that the new folder takes from the course, is it named and
+    kept?"""
     parent = course.parent_of(child)
     assert parent is not None
     mine = practice.create(course, parent, tmp_path / "mine")

@@ -18,7 +18,8 @@ from pi_course_kit.core.staging import marker_line, pytest_ini
 
 
 def test_the_real_course_manifest_loads() -> None:
-    """Does the real course.toml load (a broken one would leave the parametrized course tests without cases)?"""
+    """Does the real course.toml load (a broken one would leave the parametrized course tests without
+    cases)?"""
     course = manifest.load(REPO / "course.toml")
     assert course.checkpoints and course.package == "pi_course"
 
@@ -26,7 +27,8 @@ def test_the_real_course_manifest_loads() -> None:
 def test_the_manifest_describes_checkpoints_labs_and_lineage(
     course: Course, checkpoint: Checkpoint, child: Checkpoint
 ) -> None:
-    """Does the fixture load with its package, a1's labs in order (the optional one flagged) and a2 after a1?"""
+    """Does the fixture load with its package, a1's labs in order (the optional one flagged) and a2 after
+    a1?"""
     assert course.format_version == manifest.FORMAT_VERSION and course.package == "fx_course"
     assert checkpoint.slug == "a1-counter" and course.checkpoint("a1-counter") is checkpoint
     assert [lab.id for lab in checkpoint.labs] == ["1.1", "1.2", "extra1"]

@@ -47,7 +47,8 @@ def listing(folder: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_the_08_focused_tests_leave_no_process_and_no_file_behind(real_course: Course) -> None:
-    """After the 08 focused tests ran on the solution, is their temp folder empty and no process of theirs alive?"""
+    """After the 08 focused tests ran on the solution, is their temp folder empty and no process of theirs
+    alive?"""
     checkpoint = real_course.checkpoint("08")
     token = secrets.token_hex(8)
     with tempfile.TemporaryDirectory(prefix="pi-course-leftovers-") as scratch:

@@ -33,7 +33,8 @@ def with_outputs(source: Path) -> bool:
 def test_the_wheel_carries_notebooks_without_outputs_and_every_contract_page(
     real_course: Course, tmp_path: Path
 ) -> None:
-    """Built as a learner installs it, does the wheel hold every notebook with no stored output, and each page?"""
+    """Built as a learner installs it, does the wheel hold every notebook with no stored output, and each
+    page?"""
     repository = sorted((REPO / "notebooks").glob("*.ipynb"))
     assert any(with_outputs(path) for path in repository)  # the repository copies do have outputs
     built = subprocess.run(
@@ -69,7 +70,8 @@ def test_a_practice_folder_notebook_has_no_outputs(real_course: Course, tmp_path
 
 
 def test_every_course_notebook_strips_to_no_outputs(tmp_path: Path) -> None:
-    """For each of the course's notebooks, do both stripping paths (nbformat and plain JSON) leave no output?"""
+    """For each of the course's notebooks, do both stripping paths (nbformat and plain JSON) leave no
+    output?"""
     for source in sorted((REPO / "notebooks").glob("*.ipynb")):
         target = tmp_path / source.name
         write_learner_copy(source, target)

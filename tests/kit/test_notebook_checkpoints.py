@@ -1,4 +1,5 @@
-"""Every checkpoint notebook named in course.toml: valid, fresh, runnable, friendly on the starter, clean in practice."""
+"""Every checkpoint notebook named in course.toml: valid, fresh, runnable, friendly on the starter, clean in
+practice."""
 
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ def output_text(cell: NotebookNode) -> str:
 
 
 def test_notebook_is_valid_and_each_code_cell_names_its_step(stored: NotebookNode, cp: Checkpoint) -> None:
-    """Is the notebook valid nbformat, does each code cell start with `# Step`, the first naming its checkpoint?"""
+    """Is the notebook valid nbformat, does each code cell start with `# Step`, the first naming its
+    checkpoint?"""
     assert nbrun.validation_errors(stored) == []
     cells = code_cells(stored)
     assert all(cell.source.startswith("# Step ") and " · " in cell.source.splitlines()[0] for cell in cells)
@@ -96,7 +98,8 @@ def test_stored_outputs_hold_no_volatile_values(stored: NotebookNode) -> None:
 def test_fresh_practice_copy_has_no_outputs_and_never_names_solutions(
     fresh_practice: Path, path: Path
 ) -> None:
-    """In a new practice folder, is the notebook free of stored outputs, of the banner, and of `solutions/`?"""
+    """In a new practice folder, is the notebook free of stored outputs, of the banner, and of
+    `solutions/`?"""
     nb = nbrun.load(fresh_practice / path.name)
     assert [out for cell in code_cells(nb) for out in cell.outputs] == []
     assert all(REPO_ONLY_TAG not in cell.metadata.get("tags", []) for cell in nb.cells)
@@ -125,7 +128,8 @@ def test_starter_errors_are_one_line_lab_boxes(path: Path, course: Course, cp: C
     shown as one line, not a traceback?"""
     if cp.observation:
         pytest.skip(f"{cp.id} is an observation checkpoint: its starter is its target, with no lab to show")
-    # The practice folder's run is shared with the well-formedness and browser tests: executed once per session.
+    # The practice folder's run is shared with the well-formedness and browser tests: executed once per
+    # session.
     executed = notebook_runs.executed(cp.id, "practice")
     assert nbrun.validation_errors(executed) == []
     assert nbrun.cell_errors(executed, allow_lab_errors=True, name=path.name) == []
@@ -138,7 +142,8 @@ def test_starter_errors_are_one_line_lab_boxes(path: Path, course: Course, cp: C
 
 @pytest.mark.slow
 def test_practice_run_shows_its_own_code_and_no_lab_of_its_own_done(path: Path, cp: Checkpoint) -> None:
-    """Run in a fresh practice folder, does it name that folder, never `solutions/`, no own lab done, the parent's done?"""
+    """Run in a fresh practice folder, does it name that folder, never `solutions/`, no own lab done, the
+    parent's done?"""
     if cp.observation:
         pytest.skip(f"{cp.id} is an observation checkpoint: every step is done from the start, by design")
     fresh_practice, executed = notebook_runs.practice_run(cp.id)

@@ -1,4 +1,5 @@
-"""Inline checks in a notebook (fixture course): one full run serves the lab checks that follow, until the code changes."""
+"""Inline checks in a notebook (fixture course): one full run serves the lab checks that follow, until the
+code changes."""
 
 from __future__ import annotations
 

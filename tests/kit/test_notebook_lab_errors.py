@@ -48,7 +48,8 @@ def raised(error: BaseException) -> tuple[type[BaseException], BaseException, Tr
 
 
 def test_an_unfinished_lab_becomes_one_line_naming_lab_target_place_and_hint() -> None:
-    """Does a LabNotImplemented show as `Lab 6.1 not finished: object_schema · <file:line> · pi-course hint 6.1`?"""
+    """Does a LabNotImplemented show as
+    `Lab 6.1 not finished: object_schema · <file:line> · pi-course hint 6.1`?"""
     shell = FakeShell()
     assert lab_errors.install("pi_course", shell)
     assert shell.registered is not None

@@ -148,7 +148,8 @@ def test_loop_timeline_indents_model_events_messages_tools_and_the_end() -> None
 
 
 def test_batch_view_sets_completion_order_against_call_order() -> None:
-    """Does the batch view read the start and end of each call from the events and its place from the transcript?"""
+    """Does the batch view read the start and end of each call from the events and its place from the
+    transcript?"""
     slow, fast = Call("slow-call", "slow"), Call("fast-call", "fast")
     events = [
         Event("assistant_message", message=reply(call("slow-call"), call("fast-call"))),
@@ -194,7 +195,8 @@ def test_skipped_view_lists_only_skipped_results_with_their_reason() -> None:
 
 
 def test_the_chapter_transcript_is_valid_on_both_wires() -> None:
-    """Does the chapter's transcript become OpenAI and Anthropic bodies of the right shape, each call paired?"""
+    """Does the chapter's transcript become OpenAI and Anthropic bodies of the right shape, each call
+    paired?"""
     view = wire_view([system("system"), *CHAPTER])
     assert view.valid, view.problems
     assert [m["role"] for m in view.openai] == ["system", "user", "assistant", "tool", "assistant"]

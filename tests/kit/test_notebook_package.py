@@ -26,7 +26,8 @@ PACKAGE = "counting"
 
 @pytest.fixture
 def renamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Course:
-    """A copy of the fixture course whose package is `counting` (not `fx_course`): folders, course.toml and imports renamed."""
+    """A copy of the fixture course whose package is `counting` (not `fx_course`): folders, course.toml and
+    imports renamed."""
     monkeypatch.delenv(nbhelp.TREE_ENV, raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
     root = Path(shutil.copytree(FIXTURE, tmp_path / "course"))
@@ -47,7 +48,8 @@ def renamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Course:
 
 
 def test_find_tree_knows_each_kind_of_tree_by_the_courses_package(renamed: Course, tmp_path: Path) -> None:
-    """Are a practice folder, the repository's solution and an override found by `counting/`, not `pi_course/`?"""
+    """Are a practice folder, the repository's solution and an override found by `counting/`, not
+    `pi_course/`?"""
     checkpoint = renamed.checkpoint("a1")
     folder = practice.create(renamed, checkpoint, tmp_path / "mine")
     # A kit checkout elsewhere has moved on: the folder's own course.toml snapshot still names the package.
@@ -108,7 +110,8 @@ def test_the_check_fingerprint_follows_edits_in_the_courses_package(renamed: Cou
 
 
 def test_nbrun_refuses_a_tree_without_the_courses_package(renamed: Course, tmp_path: Path) -> None:
-    """Given the course's package name, does notebook_errors ask for `counting/`, and refuse a `pi_course/` tree?"""
+    """Given the course's package name, does notebook_errors ask for `counting/`, and refuse a `pi_course/`
+    tree?"""
     wrong = tmp_path / "wrong"
     (wrong / "pi_course").mkdir(parents=True)
     (wrong / "pi_course" / "__init__.py").write_text("", encoding="utf-8")
@@ -120,7 +123,8 @@ def test_nbrun_refuses_a_tree_without_the_courses_package(renamed: Course, tmp_p
 
 @pytest.mark.slow
 def test_a_notebook_runs_on_a_course_with_another_package(renamed: Course, tmp_path: Path) -> None:
-    """In a real kernel, does use_tree find the `counting` starter and show its lab error as the one-line box?"""
+    """In a real kernel, does use_tree find the `counting` starter and show its lab error as the one-line
+    box?"""
     starter = renamed.root / renamed.checkpoint("a1").starter
     nb: Any = nbformat.v4.new_notebook()  # type: ignore[no-untyped-call]
     setup = 'from pi_course_kit.notebook.helpers import use_tree\ntree = use_tree("a1")'

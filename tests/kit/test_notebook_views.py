@@ -1,4 +1,5 @@
-"""Compact notebook views: JSON collapsed when long, left-aligned tables, grouped failures, the SVG diagram."""
+"""Compact notebook views: JSON collapsed when long, left-aligned tables, grouped failures, the SVG
+diagram."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pi_course_kit.teaching.diagram import Stage, flow
 
 
 def test_short_json_is_shown_open_and_long_json_collapsed(chinese: None) -> None:
-    """Is a short value a monospace <pre>, and a value longer than 12 lines a <details> saying how long it is?"""
+    """Is a short value a monospace <pre>, and a value longer than 12 lines a <details> saying how long it
+    is?"""
     short = JsonView({"value": "Pi"})._repr_html_()
     assert short.startswith("<pre") and "monospace" in short and "<details>" not in short
     long = JsonView({f"k{i}": i for i in range(20)}, "twenty keys")._repr_html_()
@@ -56,7 +58,8 @@ def test_repeated_failure_messages_are_shown_once_with_their_count(chinese: None
 def test_check_tables_use_the_reports_status_words_in_the_course_language(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """In Chinese, does each row say its status as `pi-course check` does: blocker and optional flag included?"""
+    """In Chinese, does each row say its status as `pi-course check` does: blocker and optional flag
+    included?"""
     monkeypatch.setenv(i18n.LANG_ENV, "zh_CN")
     monkeypatch.setattr(i18n, "_current", None)
     labs: list[dict[str, Any]] = [

@@ -140,7 +140,8 @@ def test_solution_run_shows_each_trace_stopping_where_the_chapter_says(repo_exec
 def test_practice_folder_runs_its_own_code(
     checkpoint: Checkpoint, practice_executed: tuple[Path, NotebookNode]
 ) -> None:
-    """From a fresh practice folder, does the notebook import that folder's pi_course and show its lab errors?"""
+    """From a fresh practice folder, does the notebook import that folder's pi_course and show its lab
+    errors?"""
     folder, executed = practice_executed
     cells = code_cells(executed)
     assert f"练习目录：{folder.name}" in stream_text(cells[0])
@@ -234,7 +235,8 @@ def test_nbrun_command_refuses_bad_input_with_exit_2(
 
 
 def test_notebook_errors_refuses_a_folder_without_pi_course(tmp_path: Path, notebook_path: Path) -> None:
-    """Given a tree without pi_course, does notebook_errors say so in one line instead of starting a kernel?"""
+    """Given a tree without pi_course, does notebook_errors say so in one line instead of starting a
+    kernel?"""
     lines = nbrun.notebook_errors(notebook_path, tmp_path, package="pi_course")
     assert lines == [f"{tmp_path}: no pi_course/__init__.py; pass a tree holding the pi_course package"]
 
@@ -279,7 +281,8 @@ def test_use_tree_puts_the_tree_first_and_refuses_another_imported_pi_course(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Is the tree first on sys.path exactly once, and is a pi_course from elsewhere refused with a clear error?"""
+    """Is the tree first on sys.path exactly once, and is a pi_course from elsewhere refused with a clear
+    error?"""
     monkeypatch.delenv(nbhelp.TREE_ENV, raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
     practice = stage_tree(course, checkpoint, course.root / checkpoint.starter, tmp_path / "practice")
@@ -326,7 +329,8 @@ def test_adapters_give_the_openai_and_anthropic_tool_formats() -> None:
 
 
 def test_meta_schema_check_accepts_echo_and_names_what_is_wrong_otherwise() -> None:
-    """Does the 2020-12 meta-schema check pass echo, and name the path of an invalid type and a non-object top?"""
+    """Does the 2020-12 meta-schema check pass echo, and name the path of an invalid type and a non-object
+    top?"""
     view = adapters.provider_tools([ECHO])
     assert view.valid and view.verdicts() == ["✓ echo：符合 JSON Schema 2020-12"]
     bad = {"type": "object", "properties": {"value": {"type": "text"}}}

@@ -127,7 +127,8 @@ def test_practice_says_it_is_an_observation_chapter_in_either_language(
 
 
 def test_a_fresh_observation_folder_is_green_and_names_no_next_lab(course_copy: Path, tmp_path: Path) -> None:
-    """Does `check` in a fresh o1 folder pass, and say what an observation chapter asks instead of a next lab?"""
+    """Does `check` in a fresh o1 folder pass, and say what an observation chapter asks instead of a next
+    lab?"""
     folder = practice_folder(course_copy, "o1", tmp_path / "o1")
     done = run_cli(["check"], folder)
     assert done.returncode == 0, done.stdout + done.stderr

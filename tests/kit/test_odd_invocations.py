@@ -1,4 +1,5 @@
-"""Odd invocations of `pi-course`: each ends with one line saying what was wrong and what to do, never a traceback.
+"""Odd invocations of `pi-course`: each ends with one line saying what was wrong and what to do, never a
+traceback.
 
 Each case runs the command line as a subprocess on the fixture course, in a scratch folder holding a
 file, a non-empty folder and a practice folder, after an optional set-up that damages something. Some
@@ -515,7 +516,8 @@ def _pytest_in(folder: Path, args: list[str], language: str = "en") -> subproces
 def test_pytest_with_an_unknown_lab_says_so_in_one_line_listing_the_labs(
     starter: Path, tmp_path: Path, language: str
 ) -> None:
-    """Does `python -m pytest -m lab9_9` end in one line naming 9.9 and the folder's labs, and nothing "done"?"""
+    """Does `python -m pytest -m lab9_9` end in one line naming 9.9 and the folder's labs, and nothing
+    "done"?"""
     folder = scratch(tmp_path, starter) / "folder"
     done = _pytest_in(folder, ["-m", "lab9_9"], language)
     assert done.returncode != 0

@@ -108,7 +108,8 @@ def test_folder_holds_the_starter_tests_and_config(
 def test_notebook_is_copied_to_the_root_when_the_kit_has_one(
     made: tuple[Path, subprocess.CompletedProcess[str]], course: Course, checkpoint: Checkpoint
 ) -> None:
-    """Is the notebook at the folder root exactly when the kit has one, with its cells and none of its outputs?"""
+    """Is the notebook at the folder root exactly when the kit has one, with its cells and none of its
+    outputs?"""
     dest, _ = made
     source = course.root / checkpoint.notebook
     copied = dest / Path(checkpoint.notebook).name
@@ -165,7 +166,8 @@ LITERALS_06 = (
 def test_folder_holds_the_contract_with_every_literal_message(
     made: tuple[Path, subprocess.CompletedProcess[str]], course: Course, checkpoint: Checkpoint
 ) -> None:
-    """Does a fresh folder hold CONTRACT.md, linked from LAB-GUIDE.md, with every message the focused tests expect?"""
+    """Does a fresh folder hold CONTRACT.md, linked from LAB-GUIDE.md, with every message the focused tests
+    expect?"""
     dest, _ = made
     contract = (dest / "CONTRACT.md").read_text(encoding="utf-8")
     tests = "".join((course.root / name).read_text(encoding="utf-8") for name in checkpoint.focused_tests)
@@ -188,7 +190,8 @@ LITERALS_07 = (
 
 
 def test_a_07_folder_holds_its_own_contract(course: Course, tmp_path: Path) -> None:
-    """Does a fresh 07 folder hold 07's CONTRACT.md, with the skipped-call and limit messages its tests expect?"""
+    """Does a fresh 07 folder hold 07's CONTRACT.md, with the skipped-call and limit messages its tests
+    expect?"""
     checkpoint = course.checkpoint("07")
     tests = "".join((course.root / name).read_text(encoding="utf-8") for name in checkpoint.focused_tests)
     dest = practice.create(course, checkpoint, tmp_path / "p07")
@@ -229,7 +232,8 @@ def test_folder_permissions_follow_the_umask(made: tuple[Path, subprocess.Comple
 def test_pytest_in_the_folder_fails_first_on_lab_6_1(
     made: tuple[Path, subprocess.CompletedProcess[str]], checkpoint: Checkpoint
 ) -> None:
-    """Does `python -m pytest -m lab6_1` there stop on `Lab 6.1 not implemented` in the folder's own tool.py?"""
+    """Does `python -m pytest -m lab6_1` there stop on `Lab 6.1 not implemented` in the folder's own
+    tool.py?"""
     dest, _ = made
     result = run_tests(dest, ["-m", "lab6_1", "-x"], timeout=120, command=None)
     assert result.returncode == 1
@@ -375,7 +379,8 @@ def test_a_fill_that_fails_half_way_leaves_nothing(
 def test_a_failed_fill_keeps_an_empty_target_folder(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """If DIR existed empty and the fill fails, is DIR still there, still empty, with no temp dir beside it?"""
+    """If DIR existed empty and the fill fails, is DIR still there, still empty, with no temp dir beside
+    it?"""
     dest = tmp_path / "empty"
     dest.mkdir()
 

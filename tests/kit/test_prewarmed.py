@@ -71,7 +71,8 @@ def test_a_forked_run_sees_what_a_fresh_interpreter_sees(tmp_path: Path) -> None
 
 
 def test_a_run_over_its_time_limit_is_ended_with_its_subprocesses(tmp_path: Path) -> None:
-    """Does a run that outlives its limit come back timed out within seconds, its own subprocess killed too?"""
+    """Does a run that outlives its limit come back timed out within seconds, its own subprocess killed
+    too?"""
     tree = tmp_path / "slow"
     tree.mkdir()
     pid_file = tmp_path / "child.pid"

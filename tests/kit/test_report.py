@@ -1,4 +1,5 @@
-"""The per-lab report that travels with the focused tests, on the fixture course: statuses, the next step, records."""
+"""The per-lab report that travels with the focused tests, on the fixture course: statuses, the next step,
+records."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def starter_run(course: Course, checkpoint: Checkpoint) -> RunResult:
 
 
 def partial_tree(course: Course, checkpoint: Checkpoint, tmp: Path, unfinished: set[str]) -> Path:
-    """A staged solution whose counter.py has the given labs stubbed out again, as a learner mid-way would have."""
+    """A staged solution whose counter.py has the given labs stubbed out again, as a learner mid-way would
+    have."""
     tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, tmp / "tree")
     counter = tree / TEACHING
     counter.write_text(
@@ -59,7 +61,8 @@ def test_starter_report_names_the_first_lab_and_where_to_edit(starter_run: RunRe
 
 
 def test_starter_report_shows_a_lab_blocked_by_an_earlier_one(starter_run: RunResult) -> None:
-    """When a Lab 1.2 test first trips over Lab 1.1's stub, is 1.2 reported as blocked by 1.1, not as failing?"""
+    """When a Lab 1.2 test first trips over Lab 1.1's stub, is 1.2 reported as blocked by 1.1, not as
+    failing?"""
     assert statuses(starter_run)["1.2"] == "blocked by 1.1"
     assert not any(status == "failing" for status in statuses(starter_run).values())
 
@@ -101,7 +104,8 @@ def test_an_unfinished_earlier_lab_blocks_a_solved_later_one(
 def test_a_wrong_answer_is_reported_as_failing_with_its_assertion(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """When the learner's code runs but is wrong, is the lab 'failing' and the next step the failed assertion?"""
+    """When the learner's code runs but is wrong, is the lab 'failing' and the next step the failed
+    assertion?"""
     tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, tmp_path / "tree")
     counter = tree / TEACHING
     source = counter.read_text(encoding="utf-8")
@@ -131,7 +135,8 @@ def test_json_records_name_each_test_with_its_lab(starter_run: RunResult, lab: s
 def test_an_import_error_keeps_its_location_and_lab_in_a_package_not_named_pi_course(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """With a NameError at import time in fx_course/counter.py, does the report name that file, line and lab?"""
+    """With a NameError at import time in fx_course/counter.py, does the report name that file, line and
+    lab?"""
     tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, tmp_path / "tree")
     counter = tree / TEACHING
     lines = counter.read_text(encoding="utf-8").splitlines()
@@ -148,7 +153,8 @@ def test_an_import_error_keeps_its_location_and_lab_in_a_package_not_named_pi_co
 def test_an_import_error_keeps_its_location_and_lab_whatever_the_package_is_called(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, named: bool
 ) -> None:
-    """With the package renamed (and even unnamed in pytest.ini), does an import error keep its file, line and lab?"""
+    """With the package renamed (and even unnamed in pytest.ini), does an import error keep its file, line and
+    lab?"""
     tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, tmp_path / "tree")
     (tree / "fx_course").rename(tree / "renamed_pkg")
     for test in (tree / "tests").glob("test_*.py"):
@@ -214,7 +220,8 @@ def _required_imports(tree: ast.Module, present: set[str]) -> set[str]:
 
 
 def test_report_plugin_needs_only_pytest_and_the_standard_library(course: Course) -> None:
-    """Do the files that travel with the tests need only pytest, the stdlib and each other (others optional)?"""
+    """Do the files that travel with the tests need only pytest, the stdlib and each other (others
+    optional)?"""
     travelling = staged_test_files(course, course.checkpoint("a2"))
     own = {name.removesuffix(".py") for name in travelling if name.startswith("pi_course_")}
     assert {"pi_course_report", "pi_course_records", "pi_course_i18n"} <= own
@@ -275,7 +282,8 @@ def test_a_record_stream_reads_back_typed_and_garbage_is_dropped(starter_run: Ru
 def test_pytest_s_own_words_for_a_difference_come_in_the_run_s_language(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, language: str, expected: list[str]
 ) -> None:
-    """Does a list difference read "第 2 项不同：…" (counted from 1) in a Chinese run, as pytest wrote it in English?"""
+    """Does a list difference read "第 2 项不同：…" (counted from 1) in a Chinese run, as pytest wrote it in
+    English?"""
     tree = stage_tree(course, checkpoint, course.root / checkpoint.solution, tmp_path / "tree")
     marker = checkpoint.labs[0].marker
     (tree / "tests" / "test_zz_difference.py").write_text(

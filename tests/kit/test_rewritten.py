@@ -70,7 +70,8 @@ def code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
 def test_a_cached_module_placed_in_two_copies_is_what_pytest_would_write_for_each(
     tmp_path: Path, cache_home: Path
 ) -> None:
-    """Does each copy get pytest's own rewritten code, compiled under that copy's path, from one cache entry?"""
+    """Does each copy get pytest's own rewritten code, compiled under that copy's path, from one cache
+    entry?"""
     copies = [make_tests(tmp_path / name) for name in ("one", "two")]
     for folder in copies:
         rewritten.place(folder, [MODULE])
@@ -88,7 +89,8 @@ def test_a_cached_module_placed_in_two_copies_is_what_pytest_would_write_for_eac
 def test_pytest_runs_the_placed_pyc_and_names_the_copy_in_its_report(
     tmp_path: Path, cache_home: Path
 ) -> None:
-    """Does pytest take the placed pyc (not its own rewriting), and show the copy's path and the assert's detail?"""
+    """Does pytest take the placed pyc (not its own rewriting), and show the copy's path and the assert's
+    detail?"""
     folder = make_tests(tmp_path / "copy")
     # A cache entry for this very source whose code says where it came from: only a run that loads
     # the placed pyc can print the word.

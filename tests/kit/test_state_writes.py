@@ -1,4 +1,5 @@
-"""meta.json is only ever written as a read-modify-write of the file as it is now: no command loses another's field."""
+"""meta.json is only ever written as a read-modify-write of the file as it is now: no command loses another's
+field."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def folder(course: Course, checkpoint: Checkpoint, tmp_path: Path, monkeypatch: 
 def test_watch_hint_and_check_interleaved_lose_no_field(
     folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Watch opened long ago, hint and check in between, then watch's keys: is every hint count and field kept?"""
+    """Watch opened long ago, hint and check in between, then watch's keys: is every hint count and field
+    kept?"""
     shipped = meta_of(folder)
     watcher = open_folder(folder)  # what `pi-course watch` holds from its start
     lab = guide.CurrentLab("1.1", "count up")

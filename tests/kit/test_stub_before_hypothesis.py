@@ -58,7 +58,8 @@ def _property(lab_marker: str, place: str) -> str:
 def property_run(
     course: Course, checkpoint: Checkpoint, tree: str, tmp_path: Path, place: str, *args: str
 ) -> tuple[int, str]:
-    """Run a property test that calls lab 1.1's `Counter.add` inside `@given`: (its calls, the lab's status)."""
+    """Run a property test that calls lab 1.1's `Counter.add` inside `@given`: (its calls, the lab's
+    status)."""
     root = tmp_path / "course"
     shutil.copytree(course.root, root)
     test = root / checkpoint.focused_tests[0]
@@ -77,8 +78,8 @@ def property_run(
 def test_a_stub_inside_given_is_called_once_and_the_lab_is_not_started(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, place: str
 ) -> None:
-    """On the starter, is the stub inside `@given` called once (no shrinking, no explaining), the lab not started,
-    whether the property was decorated when the test ran or when its file was imported?"""
+    """On the starter, is the stub inside `@given` called once (no shrinking, no explaining), the lab not
+    started, whether the property was decorated when the test ran or when its file was imported?"""
     calls, status = property_run(course, checkpoint, checkpoint.starter, tmp_path, place)
     assert calls <= 2 and status == "not started"  # the first example, and Hypothesis's replay of it
 
@@ -87,7 +88,8 @@ def test_a_stub_inside_given_is_called_once_and_the_lab_is_not_started(
 def test_a_real_failure_inside_given_is_still_shrunk(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, place: str
 ) -> None:
-    """Once the lab has no stub left, does Hypothesis still shrink a real failure (many calls, lab failing)?"""
+    """Once the lab has no stub left, does Hypothesis still shrink a real failure (many calls, lab
+    failing)?"""
     (tmp_path / "wrong").mkdir()
     source = course.root / checkpoint.solution
     shutil.copytree(source, tmp_path / "wrong" / "tree")

@@ -43,7 +43,8 @@ def test_a_stripped_subpackage_file_imports_the_error_in_its_own_group() -> None
 
 
 def test_reset_in_a_subpackage_file_adds_the_two_dot_import() -> None:
-    """When a learner's solved subpackage file is reset, does the restored stub import `..lab` in its own group?"""
+    """When a learner's solved subpackage file is reset, does the restored stub import `..lab` in its own
+    group?"""
     starter = strip_solution(SOLUTION, "events.py", import_line=lab_import("pi_course/survival/events.py"))
     restored, names = restore_labs(SOLUTION, starter, {"9.1"}, "pi_course/survival/events.py")
     assert names == ["tag"]

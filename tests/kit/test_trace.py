@@ -182,7 +182,8 @@ def statuses(trace: CallTrace) -> list[tuple[str, str]]:
 
 
 def test_success_records_every_stage_in_order_with_inputs_and_outputs() -> None:
-    """Does a successful call show lookup, parse, execute and a paired result, each with what went in and out?"""
+    """Does a successful call show lookup, parse, execute and a paired result, each with what went in and
+    out?"""
     trace = run(ECHO_CALL, Registry(make_echo()))
     assert statuses(trace) == [("lookup", "ok"), ("parse", "ok"), ("execute", "ok"), ("result", "returned")]
     rows = {row.stage: row.to_dict() for row in trace.rows()}
@@ -225,7 +226,8 @@ def test_a_tool_exception_stops_at_execute() -> None:
 
 
 def test_an_executor_that_raises_is_shown_not_propagated() -> None:
-    """On the starter the executor raises LabNotImplemented: does the trace show it (red) instead of raising?"""
+    """On the starter the executor raises LabNotImplemented: does the trace show it (red) instead of
+    raising?"""
     trace = run(ECHO_CALL, Registry(make_echo()), executor=starter_executor)
     assert trace.stopped_at == "executor" and not trace.paired
     last = trace.rows()[-1]
@@ -235,7 +237,8 @@ def test_an_executor_that_raises_is_shown_not_propagated() -> None:
 
 
 def test_the_wrong_order_is_visible_in_the_rows_and_the_count() -> None:
-    """With parse after execute, do the rows read lookup → execute → parse, with one execution for bad input?"""
+    """With parse after execute, do the rows read lookup → execute → parse, with one execution for bad
+    input?"""
     tool = make_echo()
     trace = run(Call("call-1", "echo", {"value": 1}), Registry(tool), executor=parse_last_executor)
     assert [stage for stage, _ in statuses(trace)] == ["lookup", "execute", "parse", "result"]
@@ -243,7 +246,8 @@ def test_the_wrong_order_is_visible_in_the_rows_and_the_count() -> None:
 
 
 def test_the_traced_objects_are_left_exactly_as_they_were() -> None:
-    """After a trace, does the registry still hold the same tool, schema and execute function, arguments intact?"""
+    """After a trace, does the registry still hold the same tool, schema and execute function, arguments
+    intact?"""
     tool = make_echo()
     registry = Registry(tool)
     schema, execute = tool.schema, tool.execute
@@ -262,7 +266,8 @@ def test_the_context_check_reports_whether_the_same_signal_and_callback_arrived(
 
 
 def test_html_marks_only_the_stopping_stage_red() -> None:
-    """Does the HTML have exactly one red box, the stage where the call stopped, and grey boxes for the rest?"""
+    """Does the HTML have exactly one red box, the stage where the call stopped, and grey boxes for the
+    rest?"""
     trace = run(Call("call-1", "echo", {"value": 1}), Registry(make_echo()))
     page = trace._repr_html_()
     assert page.count("pi-trace-stage pi-trace-stopped") == 1
@@ -342,8 +347,10 @@ def test_rendering_has_no_memory_addresses_or_raw_timestamps() -> None:
 def test_importing_the_kit_helpers_never_imports_pi_course(course: Course, checkpoint: Checkpoint) -> None:
     """With a pi_course importable from the cwd, do trace/notebook/adapters/nbrun leave it unimported?"""
     script = (
-        "import sys, pi_course_kit.teaching.trace, pi_course_kit.notebook.helpers, pi_course_kit.teaching.adapters, pi_course_kit.notebook.nbrun\n"
-        "import pi_course_kit.teaching.transcript, pi_course_kit.teaching.wire, pi_course_kit.teaching.diagram\n"
+        "import sys, pi_course_kit.teaching.trace, pi_course_kit.notebook.helpers, "
+        "pi_course_kit.teaching.adapters, pi_course_kit.notebook.nbrun\n"
+        "import pi_course_kit.teaching.transcript, pi_course_kit.teaching.wire, "
+        "pi_course_kit.teaching.diagram\n"
         "print('pi_course' in sys.modules)"
     )
     done = subprocess.run(
@@ -415,7 +422,8 @@ def traced(course: Course, checkpoint: Checkpoint, tree: str, mode: str, tmp_pat
 
 
 def test_solution_traces_match_the_chapter(course: Course, checkpoint: Checkpoint, tmp_path: Path) -> None:
-    """Through the solution's own executor, does each call stop where the chapter says and pair with call-1?"""
+    """Through the solution's own executor, does each call stop where the chapter says and pair with
+    call-1?"""
     data = traced(course, checkpoint, checkpoint.solution, "solution", tmp_path)
     assert {name: data[name]["stopped_at"] for name in ("success", "bad", "unknown", "raised")} == {
         "success": None,
@@ -442,7 +450,8 @@ def test_solution_traces_match_the_chapter(course: Course, checkpoint: Checkpoin
 def test_starter_trace_shows_the_executor_lab_error(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
-    """On the starter, does every trace end in a red `raised` result naming Lab 6.3, without the script crashing?"""
+    """On the starter, does every trace end in a red `raised` result naming Lab 6.3, without the script
+    crashing?"""
     data = traced(course, checkpoint, checkpoint.starter, "starter", tmp_path)
     for name in ("success", "bad", "unknown", "raised"):
         assert data[name]["stopped_at"] == "executor"

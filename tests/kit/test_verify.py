@@ -150,7 +150,8 @@ def test_checks_run_one_per_usable_cpu_by_default(
 def test_a_mutation_run_stops_in_the_checkpoints_own_tests_before_the_parents(
     course: Course, child: Checkpoint
 ) -> None:
-    """Does verify's mutation run of a2 start with a2's own tests (which catch it) and stop there, with a1's unrun?"""
+    """Does verify's mutation run of a2 start with a2's own tests (which catch it) and stop there, with a1's
+    unrun?"""
     run = run_mutation(course, child, child.mutation("total-left-only"), stop_first=True)
     assert run.caught
     # The mutated lab's own tests run first (-m its marker, -x): one of a2's catches it, a1's never start.

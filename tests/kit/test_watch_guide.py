@@ -228,7 +228,8 @@ def test_h_shows_the_hint_during_a_run_and_q_ends_the_run(folder: Path, checkpoi
 def test_a_save_during_a_run_starts_a_run_that_sees_it(
     folder: Path, course: Course, checkpoint: Checkpoint
 ) -> None:
-    """A file saved (e.g. by an outside reset) while the tests run: does a new run start and show its result?"""
+    """A file saved (e.g. by an outside reset) while the tests run: does a new run start and show its
+    result?"""
     runs = gated(folder)
     term = Terminal(folder)
     try:
