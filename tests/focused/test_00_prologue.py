@@ -89,7 +89,8 @@ def turn_trace(call_ids: list[str]) -> list[PrologueTraceEvent]:
 @pytest.mark.observe0_1
 @pytest.mark.edits("format_prologue_trace")
 def test_the_offline_trace_is_one_complete_loop_of_seven_milestones() -> None:
-    """离线轨迹是否恰好七步，owner 依次是 user/model/model/loop/tool/model/model，格式化后含 `07 assistant_message`？"""
+    """离线轨迹是否恰好七步，owner 依次是 user/model/model/loop/tool/model/model，格式化后含
+    `07 assistant_message`？"""
     trace = run_prologue_demo()
     assert len(trace) == 7
     assert [event.owner for event in trace] == OWNERS
@@ -107,7 +108,8 @@ def test_every_run_replays_the_same_fixture() -> None:
 @pytest.mark.observe0_1
 @pytest.mark.edits("run_prologue_demo")
 def test_the_tool_request_and_its_result_share_one_id() -> None:
-    """read 的请求（assistant_message）、调度（tool_start）和结果（tool_result）是否用同一个 `call_1`，且别的事件不带 id？"""
+    """read 的请求（assistant_message）、调度（tool_start）和结果（tool_result）是否用同一个 `call_1`，且别的
+    事件不带 id？"""
     trace = run_prologue_demo()
     with_id = {event.type: event.tool_call_id for event in trace if event.tool_call_id is not None}
     assert with_id == {"assistant_message": "call_1", "tool_start": "call_1", "tool_result": "call_1"}
@@ -221,7 +223,8 @@ def test_a_result_for_an_unknown_or_missing_id_is_refused() -> None:
 
 @pytest.mark.observe0_2
 def test_the_call_is_opened_by_the_assistant_message_not_by_tool_start() -> None:
-    """调用由模型的 assistant_message 打开：去掉 tool_start 仍然合法，而只有 tool_start 带 id 时结果无处配对？"""
+    """调用由模型的 assistant_message 打开：去掉 tool_start 仍然合法，而只有 tool_start 带 id 时结果无处配
+    对？"""
     assert_valid_prologue_trace(without(run_prologue_demo(), "tool_start"))
     trace = run_prologue_demo()
     trace[2].tool_call_id = None

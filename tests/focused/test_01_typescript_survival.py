@@ -253,7 +253,8 @@ def mypy_report() -> MypyReport:
 
 @pytest.mark.lab1_1
 def test_the_finished_states_cover_every_event() -> None:
-    """四种事件交给 format_event，是否按原顺序得到 `start r1`、`delta r1 Pi`、`finish r1 stop`、`abort r2`？"""
+    """四种事件交给 format_event，是否按原顺序得到
+    `start r1`、`delta r1 Pi`、`finish r1 stop`、`abort r2`？"""
     assert [format_event(event) for event in chapter_events()] == [
         "start r1",
         "delta r1 Pi",
@@ -295,7 +296,8 @@ def test_each_variant_carries_its_own_tag() -> None:
 
 @pytest.mark.lab1_1
 def test_an_event_outside_the_union_is_refused_at_run_time() -> None:
-    """一个不属于 DemoEvent 的事件（比如 paused）是否被 assert_never 拒绝（AssertionError），而不是悄悄得到一行文字？"""
+    """一个不属于 DemoEvent 的事件（比如 paused）是否被 assert_never 拒绝（AssertionError），而不是悄悄得到一
+    行文字？"""
 
     @dataclass
     class Paused:
@@ -319,7 +321,8 @@ def test_mypy_finds_nothing_wrong_in_events_py() -> None:
 @pytest.mark.lab1_1
 @pytest.mark.timeout(MYPY_SECONDS + 30)
 def test_mypy_reports_a_forgotten_variant_inside_format_event() -> None:
-    """给 DemoEvent 加一个 format_event 没处理的 paused 成员后，mypy 是否在 format_event 里报出它（assert_never 那一行）？"""
+    """给 DemoEvent 加一个 format_event 没处理的 paused 成员后，mypy 是否在 format_event 里报出它
+    （assert_never 那一行）？"""
     assert format_event(DemoAborted("r2")) == "abort r2"
     report = mypy_report()
     inside = [msg for line, msg in report.probe if line in report.format_lines and "DemoPaused" in msg]
@@ -335,7 +338,8 @@ def test_mypy_reports_a_forgotten_variant_inside_format_event() -> None:
 
 @pytest.mark.lab1_2
 def test_unknown_input_must_cross_the_runtime_boundary() -> None:
-    """合法的外部 delta 经过 read_delta 后是否格式化为 `delta r1 Pi`，而 text 为 42 的是否被拒绝（invalid delta event）？"""
+    """合法的外部 delta 经过 read_delta 后是否格式化为 `delta r1 Pi`，而 text 为 42 的是否被拒绝（invalid
+    delta event）？"""
     assert format_event(read_delta({"type": "delta", "requestId": "r1", "text": "Pi"})) == "delta r1 Pi"
     with pytest.raises(ValueError, match=INVALID):
         read_delta({"type": "delta", "requestId": "r1", "text": 42})
@@ -391,7 +395,8 @@ def test_request_id_and_text_must_both_be_strings(bad: object) -> None:
 
 @pytest.mark.lab1_2
 def test_any_well_formed_delta_crosses_with_exactly_its_two_fields() -> None:
-    """任意字符串 requestId 与 text，外加任意多余的键：read_delta 是否正好得到 DemoDelta(request_id, text)？"""
+    """任意字符串 requestId 与 text，外加任意多余的键：read_delta 是否正好得到 DemoDelta(request_id,
+    text)？"""
     assert read_delta({**CHAPTER_DELTA, "requestId": ""}) == DemoDelta(request_id="", text="Pi")
     from hypothesis import given
     from hypothesis import strategies as st

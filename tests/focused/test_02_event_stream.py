@@ -267,7 +267,8 @@ def test_queued_events_are_read_once_in_order_up_to_the_first_terminal_event() -
 @pytest.mark.lab2_2
 @pytest.mark.edits("EventStream.end")
 def test_a_waiting_iterator_is_woken_by_the_next_push_and_end_stops_it() -> None:
-    """先调用 anext 而等待的迭代器，会被下一次 push 唤醒并拿到那条事件吗？end("A") 之后迭代结束、result 为 "A" 吗？"""
+    """先调用 anext 而等待的迭代器，会被下一次 push 唤醒并拿到那条事件吗？end("A") 之后迭代结束、result 为 "A"
+    吗？"""
 
     async def body() -> tuple[bool, Event, str]:
         events = make_stream()

@@ -148,7 +148,8 @@ def test_user_message_holds_one_text_block_stamped_now() -> None:
 @pytest.mark.lab3_1
 @pytest.mark.edits("assistant_message")
 def test_assistant_message_has_the_scripted_defaults() -> None:
-    """assistant_message 默认 provider "scripted"、model "scripted-v1"、EMPTY_USAGE、stop_reason "stop"、没有 error_message 吗？"""
+    """assistant_message 默认 provider "scripted"、model "scripted-v1"、EMPTY_USAGE、stop_reason "stop"、没有
+    error_message 吗？"""
     before = now_ms()
     message = assistant_message([text("ok")])
     after = now_ms()
@@ -164,7 +165,8 @@ def test_assistant_message_has_the_scripted_defaults() -> None:
 @pytest.mark.lab3_1
 @pytest.mark.edits("assistant_message")
 def test_assistant_message_keywords_override_each_default() -> None:
-    """assistant_message 的关键字参数能逐项覆盖默认值（stop_reason、provider、model、usage、error_message、timestamp）吗？"""
+    """assistant_message 的关键字参数能逐项覆盖默认值
+    （stop_reason、provider、model、usage、error_message、timestamp）吗？"""
     usage = Usage(input=18, output=12, total_tokens=30)
     content: list[TextContent | ToolCall] = [text("partial")]
     message = assistant_message(
@@ -191,7 +193,8 @@ def test_assistant_message_keywords_override_each_default() -> None:
 @pytest.mark.lab3_1
 @pytest.mark.edits("current_system_message", "current_system_prompt")
 def test_system_messages_replay_in_order_appending_content_replacing_and_deleting_sections() -> None:
-    """system message 按顺序重放：content 追加、sections 按名字覆盖、None 删除、时间戳取第一条，且不改写任何原消息吗？"""
+    """system message 按顺序重放：content 追加、sections 按名字覆盖、None 删除、时间戳取第一条，且不改写任何原
+    消息吗？"""
     base, patch, _note, messages = replay_transcript()
     before = copy.deepcopy(messages)
 
@@ -213,7 +216,8 @@ def test_system_messages_replay_in_order_appending_content_replacing_and_deletin
 @pytest.mark.lab3_1
 @pytest.mark.edits("system_message_text")
 def test_system_message_text_joins_content_then_sections_skipping_empty_parts() -> None:
-    """system_message_text 按 content、各段落的顺序用空行连接，跳过空串与 None；text_of 对 system message 给出同样的文本吗？"""
+    """system_message_text 按 content、各段落的顺序用空行连接，跳过空串与 None；text_of 对 system message 给出
+    同样的文本吗？"""
     message = system("", 1, {"first": "A", "empty": "", "removed": None, "last": "B"})
     assert system_message_text(message) == "A\n\nB"
     assert system_message_text(system("only", 1)) == "only"
@@ -251,7 +255,8 @@ def test_a_replaced_section_keeps_its_place_and_a_re_added_one_moves_to_the_end(
 @pytest.mark.lab3_1
 @pytest.mark.edits("current_system_message")
 def test_a_later_system_message_with_empty_content_adds_no_blank_paragraph() -> None:
-    """后来的 system message 若 content 为空，只改 sections，不会在 content 里多出空段落吗？时间戳仍取第一条吗？"""
+    """后来的 system message 若 content 为空，只改 sections，不会在 content 里多出空段落吗？时间戳仍取第一条
+    吗？"""
     messages: list[AgentMessage] = [system("first", 5), system("", 6, {"x": "X"}), system("", 7)]
     assert current_system_message(messages) == SystemMessage(
         content="first", timestamp=5, sections={"x": "X"}
@@ -328,7 +333,8 @@ def check_replay(messages: list[AgentMessage]) -> None:
 @pytest.mark.lab3_1
 @pytest.mark.edits("current_system_message")
 def test_replaying_any_transcript_equals_a_reference_fold() -> None:
-    """任意交错的 system/user 消息：重放结果与一个逐条折叠的参考实现一致，prompt 是它的 content 加各段落（跳过空串），且输入不被改写吗？"""
+    """任意交错的 system/user 消息：重放结果与一个逐条折叠的参考实现一致，prompt 是它的 content 加各段落（跳过
+    空串），且输入不被改写吗？"""
     # One plain example first: an unfinished lab fails here, before Hypothesis starts generating.
     check_replay([system("a", 1, {"x": "X"}), system("", 2, {"x": None, "y": "Y"})])
     given(messages=transcripts)(check_replay)()
@@ -340,7 +346,8 @@ def test_replaying_any_transcript_equals_a_reference_fold() -> None:
 @pytest.mark.lab3_2
 @pytest.mark.edits("AssistantMessageEventStream", "final_message")
 def test_error_is_a_terminal_event_and_result_gives_the_same_message() -> None:
-    """error 事件也是终态吗？迭代只看到 "error" 就结束，result() 返回事件里的同一条消息并保留 "socket reset"。"""
+    """error 事件也是终态吗？迭代只看到 "error" 就结束，result() 返回事件里的同一条消息并保留
+    "socket reset"。"""
 
     async def body() -> tuple[list[str], AssistantMessage, AssistantMessage]:
         stream = AssistantMessageEventStream()
@@ -420,7 +427,8 @@ def test_a_reader_waiting_for_the_reply_is_woken_by_the_error_and_then_stops() -
 @pytest.mark.lab3_2
 @pytest.mark.edits("final_message")
 def test_final_message_reads_done_and_error_and_refuses_other_events() -> None:
-    """final_message 从 done 取 message、从 error 取 error（同一个对象），其他事件抛出 "非终态事件不能生成最终消息" 吗？"""
+    """final_message 从 done 取 message、从 error 取 error（同一个对象），其他事件抛出
+    "非终态事件不能生成最终消息" 吗？"""
     message = assistant_message([text("ok")])
     failure = assistant_message([], "error", error_message="boom")
     assert final_message(ModelDone(reason="stop", message=message)) is message

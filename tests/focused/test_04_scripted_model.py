@@ -116,7 +116,8 @@ def empty_context() -> AgentContext:
 @pytest.mark.lab4_1
 @pytest.mark.edits("ScriptedModel._play", "ScriptedModel.stream", "raw_arguments_of")
 def test_a_scripted_turn_is_played_as_the_real_event_protocol_and_the_request_is_saved() -> None:
-    """脚本消息被投影成 start → text_delta → toolcall_delta → toolcall_end → done，载荷与 partial 都对，并保存了请求快照吗？"""
+    """脚本消息被投影成 start → text_delta → toolcall_delta → toolcall_end → done，载荷与 partial 都对，并保存
+    了请求快照吗？"""
 
     async def body() -> None:
         turn, second = first_turn(), assistant_message([text("第二轮")])
@@ -168,7 +169,8 @@ def test_a_scripted_turn_is_played_as_the_real_event_protocol_and_the_request_is
 @pytest.mark.lab4_1
 @pytest.mark.edits("ScriptedModel._play")
 def test_two_text_blocks_get_their_own_content_index_and_the_partial_accumulates() -> None:
-    """两个文本块的 text_delta 的 content_index 分别是 0、1，第二个 delta 的 partial 同时含 A 与 B，结果文本是 "A\\nB" 吗？"""
+    """两个文本块的 text_delta 的 content_index 分别是 0、1，第二个 delta 的 partial 同时含 A 与 B，结果文本是
+    "A\\nB" 吗？"""
 
     async def body() -> tuple[list[ModelEvent], AssistantMessage]:
         return await play(ScriptedModel([assistant_message([text("A"), text("B")])]).stream(empty_context()))
@@ -186,7 +188,8 @@ def test_two_text_blocks_get_their_own_content_index_and_the_partial_accumulates
 @pytest.mark.lab4_1
 @pytest.mark.edits("ScriptedModel.stream")
 def test_the_request_snapshot_is_deep_so_later_changes_to_nested_messages_do_not_reach_it() -> None:
-    """requests 保存的是深拷贝吗？调用之后改动原 context 里某条消息的文本，快照里的那条消息仍保持调用时的样子。"""
+    """requests 保存的是深拷贝吗？调用之后改动原 context 里某条消息的文本，快照里的那条消息仍保持调用时的样
+    子。"""
 
     async def body() -> tuple[AgentContext, str]:
         model = ScriptedModel([assistant_message([text("ok")])])
@@ -207,7 +210,8 @@ def test_the_request_snapshot_is_deep_so_later_changes_to_nested_messages_do_not
 @pytest.mark.lab4_1
 @pytest.mark.edits("ScriptedModel._play")
 def test_each_event_carries_its_own_partial_snapshot() -> None:
-    """每个事件带的 partial 是各自的快照吗？播放结束后 start 的 partial 仍为空，改动一个事件的 partial 不影响另一个。"""
+    """每个事件带的 partial 是各自的快照吗？播放结束后 start 的 partial 仍为空，改动一个事件的 partial 不影响
+    另一个。"""
 
     async def body() -> list[ModelEvent]:
         model = ScriptedModel([assistant_message([text("A"), read_call(), text("B")], "toolUse")])
@@ -266,7 +270,8 @@ def test_the_played_message_is_a_copy_of_the_script() -> None:
 @pytest.mark.lab4_1
 @pytest.mark.edits("ScriptedModel._play")
 def test_a_call_that_already_has_raw_arguments_streams_them_unchanged() -> None:
-    """回合里的 tool call 自带 raw_arguments 时，toolcall_delta 原样发出这段文本，toolcall_end 的调用也保留它吗？"""
+    """回合里的 tool call 自带 raw_arguments 时，toolcall_delta 原样发出这段文本，toolcall_end 的调用也保留它
+    吗？"""
     raw = '{ "path": "README.md" }'
     call = ToolCall(id="c9", name="read", arguments={"path": "README.md"}, raw_arguments=raw)
 
@@ -294,7 +299,8 @@ def test_raw_arguments_are_compact_json_that_keeps_non_ascii_text() -> None:
 @pytest.mark.lab4_1
 @pytest.mark.edits("ScriptedModel.stream")
 def test_turns_are_chosen_in_call_order_even_when_played_later() -> None:
-    """连续两次 stream 之后才读取：第一次调用得到第一个回合、第二次得到第二个，requests 也按调用顺序保存吗？"""
+    """连续两次 stream 之后才读取：第一次调用得到第一个回合、第二次得到第二个，requests 也按调用顺序保存
+    吗？"""
 
     async def body() -> tuple[str, str, list[str]]:
         model = ScriptedModel([assistant_message([text("一")]), assistant_message([text("二")])])
@@ -325,7 +331,8 @@ def test_a_length_stop_ends_with_done_and_its_reason() -> None:
 @pytest.mark.lab4_1
 @pytest.mark.edits("ScriptedModel._play")
 def test_a_scripted_assistant_message_that_stopped_on_error_ends_with_an_error_event() -> None:
-    """脚本里直接写一条 stop_reason 为 "error" 的 assistant 消息，它的终态是 error 事件、result 就是这条消息的副本吗？"""
+    """脚本里直接写一条 stop_reason 为 "error" 的 assistant 消息，它的终态是 error 事件、result 就是这条消息的
+    副本吗？"""
     turn = assistant_message([text("部分")], "error", error_message="socket reset")
 
     async def body() -> tuple[list[ModelEvent], AssistantMessage]:
@@ -377,7 +384,8 @@ def check_projection(content: list[AssistantContent], reason: Any) -> None:
 @pytest.mark.lab4_1
 @pytest.mark.edits("ScriptedModel._play")
 def test_any_turn_is_projected_block_by_block_and_ends_with_the_whole_message() -> None:
-    """任意的文本块与调用块：事件是 start、每个文本一个 text_delta、每个调用一对 delta/end，最后 done；partial 逐步累计到完整 content 吗？"""
+    """任意的文本块与调用块：事件是 start、每个文本一个 text_delta、每个调用一对 delta/end，最后 done；partial
+    逐步累计到完整 content 吗？"""
     # One plain example first: an unfinished lab fails here, before Hypothesis starts generating.
     check_projection([text("A"), read_call()], "toolUse")
     given(content=blocks, reason=st.sampled_from(["stop", "length", "toolUse"]))(check_projection)()
@@ -389,7 +397,8 @@ def test_any_turn_is_projected_block_by_block_and_ends_with_the_whole_message() 
 @pytest.mark.lab4_2
 @pytest.mark.edits("terminal_message")
 def test_an_explicit_error_turn_keeps_its_partial_text_and_diagnosis() -> None:
-    """显式错误回合产生 start → text_delta → error，result 的 stop_reason 为 "error"、文本为 "正在"、error_message 为 "rate limited" 吗？"""
+    """显式错误回合产生 start → text_delta → error，result 的 stop_reason 为 "error"、文本为
+    "正在"、error_message 为 "rate limited" 吗？"""
 
     async def body() -> tuple[list[ModelEvent], AssistantMessage]:
         turn = ScriptedErrorTurn(stop_reason="error", partial_text="正在", error_message="rate limited")
@@ -409,7 +418,8 @@ def test_an_explicit_error_turn_keeps_its_partial_text_and_diagnosis() -> None:
 @pytest.mark.lab4_2
 @pytest.mark.edits("ScriptedModel._end_before_playing")
 def test_an_exhausted_script_and_a_cancelled_request_both_end_in_one_error_event() -> None:
-    """脚本耗尽时只有一个 error（"ScriptedModel 没有更多响应"）；请求预先取消时也只有一个 error（aborted，"Request was aborted"）吗？"""
+    """脚本耗尽时只有一个 error（"ScriptedModel 没有更多响应"）；请求预先取消时也只有一个
+    error（aborted，"Request was aborted"）吗？"""
 
     async def body() -> None:
         exhausted_events, exhausted = await play(ScriptedModel([]).stream(empty_context()))
@@ -431,7 +441,8 @@ def test_an_exhausted_script_and_a_cancelled_request_both_end_in_one_error_event
 @pytest.mark.lab4_2
 @pytest.mark.edits("terminal_message")
 def test_an_error_turn_without_partial_text_plays_no_text() -> None:
-    """没有 partial_text（或为空串）的错误回合只产生 start → error，content 为空吗？reason "aborted" 也原样保留吗？"""
+    """没有 partial_text（或为空串）的错误回合只产生 start → error，content 为空吗？reason "aborted" 也原样保
+    留吗？"""
 
     async def body() -> list[tuple[list[str], AssistantMessage]]:
         model = ScriptedModel(
@@ -452,7 +463,8 @@ def test_an_error_turn_without_partial_text_plays_no_text() -> None:
 @pytest.mark.lab4_2
 @pytest.mark.edits("ScriptedModel._end_before_playing")
 def test_an_abort_right_after_stream_returns_is_seen_because_the_turn_plays_later() -> None:
-    """stream() 返回后、事件循环还没运行时就取消：回合尚未播放，所以流以 aborted 结束，而不是播放完整回合吗？"""
+    """stream() 返回后、事件循环还没运行时就取消：回合尚未播放，所以流以 aborted 结束，而不是播放完整回合
+    吗？"""
 
     async def body() -> tuple[list[str], AssistantMessage]:
         controller = AbortController()

@@ -182,7 +182,8 @@ def outbound_context() -> AgentContext:
 @pytest.mark.lab5_1
 @pytest.mark.edits("to_provider_messages")
 def test_outbound_conversion_maps_each_canonical_role_to_its_wire_role() -> None:
-    """四种 canonical role 出线时是否各自变成 provider 的 wire 形状（tool result 变成 role "tool"），且 context 不被改动？"""
+    """四种 canonical role 出线时是否各自变成 provider 的 wire 形状（tool result 变成 role "tool"），且
+    context 不被改动？"""
     context = outbound_context()
     snapshot = copy.deepcopy(context)
     assert to_provider_messages(context) == [
@@ -229,7 +230,8 @@ def test_no_tools_means_no_tools_key() -> None:
 @pytest.mark.lab5_1
 @pytest.mark.edits("to_provider_messages")
 def test_system_messages_fold_into_one_leading_system_message() -> None:
-    """多条 system message 是否在出线时折叠成开头一条（内容等于重放结果），中途那条不进入 wire，transcript 不变？"""
+    """多条 system message 是否在出线时折叠成开头一条（内容等于重放结果），中途那条不进入 wire，transcript 不
+    变？"""
     context = AgentContext(
         messages=[
             SystemMessage(content="BASE", sections={"rules": "RULE v1", "scratch": "SCRATCH"}, timestamp=0),
@@ -266,7 +268,8 @@ def test_an_empty_replayed_prompt_sends_no_system_message() -> None:
 @pytest.mark.lab5_1
 @pytest.mark.edits("to_provider_messages")
 def test_assistant_wire_content_is_null_without_text_and_arguments_fall_back_to_json() -> None:
-    """只有工具调用的 assistant，其 content 是否为 None；没有 raw_arguments 时参数是否为紧凑 JSON（None 记为 {}）？"""
+    """只有工具调用的 assistant，其 content 是否为 None；没有 raw_arguments 时参数是否为紧凑 JSON（None 记为
+    {}）？"""
     message = assistant_message(
         [call("call-1", "read", {"path": "读我.md"}, None), call("call-2", "noop", None, None)], "toolUse"
     )
@@ -335,7 +338,8 @@ INTERLEAVED: list[ProviderChunk] = [
 @pytest.mark.lab5_2
 @pytest.mark.edits("OpenAICompatibleModel._apply_tool")
 def test_adapter_keeps_first_appearance_order_and_accumulates_whole_partials() -> None:
-    """index 4、2 的工具与文本交错到达时，content 是否按首次出现排序，每个事件的 partial 是否是当时完整的累计结果？"""
+    """index 4、2 的工具与文本交错到达时，content 是否按首次出现排序，每个事件的 partial 是否是当时完整的累计
+    结果？"""
     events, result = run_model(INTERLEAVED)
     read_opening = call("call-read", "read", '{"path":', '{"path":')
     read_raw = call("call-read", "read", '{"path":"README.md"}', '{"path":"README.md"}')
@@ -408,7 +412,8 @@ def test_adapter_keeps_first_appearance_order_and_accumulates_whole_partials() -
 @pytest.mark.lab5_2
 @pytest.mark.edits("OpenAICompatibleModel.stream")
 def test_the_chapter_mainline_call_arrives_in_two_pieces() -> None:
-    """主线 call-1（index 0）分两段到达时，最终是否得到 read({"path": "README.md"})，usage 缺的 total 是否补成 input + output？"""
+    """主线 call-1（index 0）分两段到达时，最终是否得到 read({"path": "README.md"})，usage 缺的 total 是否补成
+    input + output？"""
     events, result = run_model(
         [
             ProviderChunkTool(index=0, id="call-1", name="read", arguments_delta='{"path":'),
@@ -425,7 +430,8 @@ def test_the_chapter_mainline_call_arrives_in_two_pieces() -> None:
 @pytest.mark.lab5_2
 @pytest.mark.edits("OpenAICompatibleModel.stream")
 def test_text_partials_are_snapshots_of_their_moment() -> None:
-    """纯文本 fixture 里，每个 text_delta 的 partial 是否停在它那一刻（"正在"，然后 "正在读取"），不被后来的字符改写？"""
+    """纯文本 fixture 里，每个 text_delta 的 partial 是否停在它那一刻（"正在"，然后 "正在读取"），不被后来的字
+    符改写？"""
     events, result = run_model(
         [ProviderChunkText(delta="正在"), ProviderChunkText(delta="读取"), ProviderChunkFinish(reason="stop")]
     )
@@ -462,7 +468,8 @@ def test_transport_failure_keeps_the_partial_and_ends_in_error() -> None:
 @pytest.mark.lab5_2
 @pytest.mark.edits("OpenAICompatibleModel._finish")
 def test_length_keeps_the_raw_arguments() -> None:
-    """finish 为 length（输出被截断）时，stop reason 是否为 length，arguments 与 raw_arguments 是否都保留原文？"""
+    """finish 为 length（输出被截断）时，stop reason 是否为 length，arguments 与 raw_arguments 是否都保留原
+    文？"""
     raw = '{"path":"a'
     _events, result = run_model(
         [
@@ -489,7 +496,8 @@ def test_missing_finish_chunk_is_an_error_with_the_partial() -> None:
 @pytest.mark.lab5_2
 @pytest.mark.edits("OpenAICompatibleModel._run")
 def test_incomplete_json_on_tool_calls_is_an_error() -> None:
-    """finish 为 tool_calls 但参数不是完整 JSON 时，是否以 error 结束，消息为 `Tool read arguments 不是完整 JSON`？"""
+    """finish 为 tool_calls 但参数不是完整 JSON 时，是否以 error 结束，消息为
+    `Tool read arguments 不是完整 JSON`？"""
     _events, result = run_model(
         [
             ProviderChunkTool(index=0, id="call-1", name="read", arguments_delta='{"path":'),
@@ -800,7 +808,8 @@ def test_later_usage_fills_in_and_replaces_earlier_counts() -> None:
 @pytest.mark.lab5_3
 @pytest.mark.edits("SSEDecoder.feed")
 def test_sse_lines_crlf_multiline_data_and_an_unterminated_last_event() -> None:
-    """CRLF 行尾、不带冒号的 data、多行 data（以换行相连）、注释与其他字段、末尾没有空行的事件，是否都按 SSE 规则切分？"""
+    """CRLF 行尾、不带冒号的 data、多行 data（以换行相连）、注释与其他字段、末尾没有空行的事件，是否都按 SSE
+    规则切分？"""
     decoder = SSEDecoder()
     assert decoder.feed(": comment\r\nevent: x\r\ndata: a\r\ndata\r\ndata:b\r\n\r\n") == ["a\n\nb"]
     assert decoder.feed("\n\n") == []
@@ -845,7 +854,8 @@ def stream_over_http(*replies: Reply, api_key: str = API_KEY, context: AgentCont
 @pytest.mark.lab5_4
 @pytest.mark.edits("create_openai_compatible_transport")
 def test_transport_sends_the_whole_request_and_keeps_the_key_out_of_the_body() -> None:
-    """transport 是否向 <base_url>/chat/completions 发出完整的 POST（header、body、stream 选项），key 只在 Authorization？"""
+    """transport 是否向 <base_url>/chat/completions 发出完整的 POST（header、body、stream 选项），key 只在
+    Authorization？"""
 
     async def scenario() -> Any:
         reply = Reply(
@@ -917,7 +927,8 @@ def test_sse_over_http_rebuilds_interleaved_arguments_by_index_and_merges_traili
 @pytest.mark.lab5_4
 @pytest.mark.edits("create_openai_compatible_transport")
 def test_sse_without_finish_reason_ends_in_error_with_the_partial() -> None:
-    """经 HTTP 的流没有 finish_reason 就结束时，是否以 error 终态结束（`without a finish chunk`），并保留 partial？"""
+    """经 HTTP 的流没有 finish_reason 就结束时，是否以 error 终态结束（`without a finish chunk`），并保留
+    partial？"""
     payloads = [{"choices": [{"index": 0, "delta": {"content": "partial"}, "finish_reason": None}]}, "[DONE]"]
     events, result, _server = stream_over_http(Reply(split_in_half(payloads)))
     assert events[-1].type == "error"

@@ -487,7 +487,8 @@ def test_string_value_accepts_exactly_the_strings() -> None:
 @pytest.mark.lab6_1
 @pytest.mark.edits("optional_string")
 def test_optional_string_accepts_none_and_strings_and_is_optional() -> None:
-    """optional_string 是否让 None 和 str 原样通过，并且 json_schema 为 {"type": "string"}、optional 为 True？"""
+    """optional_string 是否让 None 和 str 原样通过，并且 json_schema 为 {"type": "string"}、optional 为
+    True？"""
     assert optional_string(None) is None
     assert optional_string("answer") == "answer"
     assert optional_string.json_schema == {"type": "string"}
@@ -670,7 +671,8 @@ def test_list_returns_a_copy_that_cannot_change_the_registry() -> None:
 @pytest.mark.lab6_2
 @pytest.mark.edits("ToolRegistry.definitions")
 def test_definitions_follow_registration_order_with_name_description_parameters() -> None:
-    """definitions() 是否按顺序为每个工具给出一个 ToolDefinition，带有该工具的 name、description 和 parameters？"""
+    """definitions() 是否按顺序为每个工具给出一个 ToolDefinition，带有该工具的 name、description 和
+    parameters？"""
     registry = ToolRegistry(
         [
             stub_tool("read", StubSchema({"type": "object", "properties": {"path": {"type": "string"}}})),
@@ -740,7 +742,8 @@ def test_the_registry_never_parses_or_executes() -> None:
 @pytest.mark.lab6_2
 @pytest.mark.edits("ToolRegistry.definitions")
 def test_definitions_for_echo_and_upper_match_the_chapter() -> None:
-    """用 object_schema 构造的 echo 和 upper，definitions() 是否恰好是章节里的列表（parameters 的键也按顺序）？"""
+    """用 object_schema 构造的 echo 和 upper，definitions() 是否恰好是章节里的列表（parameters 的键也按顺
+    序）？"""
     registry = ToolRegistry([make_echo(), make_upper()])
     definitions = registry.definitions()
     assert definitions == [
@@ -774,7 +777,8 @@ def test_invalid_arguments_never_reach_execute() -> None:
 @pytest.mark.lab6_3
 @pytest.mark.edits("execute_tool_call")
 def test_echo_call_gives_the_chapter_result() -> None:
-    """章节里的 echoCall 是否给出 content [text("Pi")]、details {"source": "echo"}、is_error False、id call-1？"""
+    """章节里的 echoCall 是否给出 content [text("Pi")]、details {"source": "echo"}、is_error False、id
+    call-1？"""
     body = Recorder()
     registry = ToolRegistry([make_echo(body)])
     before = now_ms()
@@ -815,7 +819,8 @@ def test_echo_result_wire_form_uses_the_chapter_keys() -> None:
 @pytest.mark.lab6_3
 @pytest.mark.edits("failed_result")
 def test_wrong_argument_type_gives_a_failed_result_without_executing() -> None:
-    """用 {"value": 1} 调用 echo 时，call-1 是否得到 `Tool echo failed: 必须是 string`，而 execute 一次也没运行？"""
+    """用 {"value": 1} 调用 echo 时，call-1 是否得到 `Tool echo failed: 必须是 string`，而 execute 一次也没运
+    行？"""
     body = Recorder()
     registry = ToolRegistry([make_echo(body)])
     before = now_ms()
@@ -1051,7 +1056,8 @@ def test_cancellation_and_interpreter_exits_pass_through(error: BaseException) -
 @pytest.mark.lab6_3
 @pytest.mark.edits("execute_tool_call")
 def test_call_arguments_are_never_modified() -> None:
-    """经过一次成功、一次 parse 失败和一个修改自己 params 的工具之后，call.arguments 是否仍是同一个 dict 且没有变化？"""
+    """经过一次成功、一次 parse 失败和一个修改自己 params 的工具之后，call.arguments 是否仍是同一个 dict 且没
+    有变化？"""
 
     async def vandal(params: dict[str, Any], context: ToolContext) -> ToolOutput[None]:
         params["value"] = "changed"

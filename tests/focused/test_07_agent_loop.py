@@ -424,7 +424,8 @@ def test_one_tool_round_trip_passes_signal_and_progress_and_feeds_the_next_reque
 @pytest.mark.lab7_2
 @pytest.mark.edits("run_tool_batch")
 def test_the_events_of_a_round_trip_come_in_the_chapter_s_order() -> None:
-    """一次往返的事件顺序是 模型事件 → assistant → tool_start → tool_end → 模型事件 → assistant → turn_end 吗？"""
+    """一次往返的事件顺序是 模型事件 → assistant → tool_start → tool_end → 模型事件 → assistant → turn_end
+    吗？"""
     registry, _ = echo_registry()
     echo_call = call("call-1", "echo", {"value": "README"})
     model = ScriptedModel(

@@ -253,7 +253,8 @@ def test_read_counts_the_continuation_notice_against_the_byte_limit(make_dir: Ca
 def test_read_last_window_needs_no_notice_so_it_may_fit_where_a_shorter_one_did_not(
     make_dir: Callable[[str], Path],
 ) -> None:
-    """当带续读提示的较短窗口放不下、而读到文件末尾（不需要提示）的完整窗口放得下时，Read 是否返回整个文件？"""
+    """当带续读提示的较短窗口放不下、而读到文件末尾（不需要提示）的完整窗口放得下时，Read 是否返回整个文
+    件？"""
     root = make_dir("pi-read-tail-")
     (root / "two.txt").write_text("x\ny", encoding="utf-8")
     tools = create_coding_tools(cwd=str(root), containment="unrestricted", max_read_bytes=20)
@@ -381,7 +382,8 @@ def test_workspace_rules_bind_read_write_and_edit(make_dir: Callable[[str], Path
 def test_parent_paths_and_the_sibling_folder_that_shares_the_roots_name_are_outside(
     make_dir: Callable[[str], Path],
 ) -> None:
-    """`../x` 以及名字以 root 开头的兄弟目录 `<root>evil`，是否都按“路径越过”被拒绝，而不是被当作 root 里面？"""
+    """`../x` 以及名字以 root 开头的兄弟目录 `<root>evil`，是否都按“路径越过”被拒绝，而不是被当作 root 里
+    面？"""
     root = make_dir("pi-path-sibling-")
     sibling = Path(f"{root}evil")
     sibling.mkdir()
@@ -410,7 +412,8 @@ def test_parent_paths_and_the_sibling_folder_that_shares_the_roots_name_are_outs
 @pytest.mark.lab8_2
 @pytest.mark.edits("ensure_inside_workspace")
 def test_new_files_are_judged_by_their_nearest_existing_ancestor(make_dir: Callable[[str], Path]) -> None:
-    """要新建的文件（连父目录都还不存在）是否按最近的已存在祖先判断：穿过外链的被拒，workspace 内的链接照常可用？"""
+    """要新建的文件（连父目录都还不存在）是否按最近的已存在祖先判断：穿过外链的被拒，workspace 内的链接照常可
+    用？"""
     root = make_dir("pi-path-new-")
     outside = make_dir("pi-path-new-outside-")
     (root / "escape").symlink_to(outside)
@@ -442,7 +445,8 @@ def test_new_files_are_judged_by_their_nearest_existing_ancestor(make_dir: Calla
 def test_write_creates_folders_replaces_the_whole_file_and_reports_evidence(
     make_dir: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Write 是否创建父目录、以 rename 整体替换文件（硬链接见证旧内容）、失败时不留临时文件，并让每次写入进入同一个默认队列？"""
+    """Write 是否创建父目录、以 rename 整体替换文件（硬链接见证旧内容）、失败时不留临时文件，并让每次写入进入
+    同一个默认队列？"""
     root = make_dir("pi-write-file-")
     mutation_runs = record_mutation_runs(monkeypatch)
     tools = create_coding_tools(cwd=str(root), containment="workspace")
@@ -834,7 +838,10 @@ def test_bash_truncation_notice_counts_against_the_output_limit(
     tools = create_coding_tools(
         cwd=str(root), containment="workspace", max_bash_output_bytes=max_bash_output_bytes
     )
-    command = f"{python} -c \"import sys; sys.stdout.write('x' * 300); sys.stdout.flush(); sys.stderr.write('y' * 300)\""
+    command = (
+        f"{python} -c \"import sys; sys.stdout.write('x' * 300); sys.stdout.flush(); "
+        "sys.stderr.write('y' * 300)\""
+    )
 
     result = execute(call("bash-output", "bash", {"command": command}), tools)
 
@@ -951,7 +958,8 @@ def run_until_ready(
 def test_bash_tells_a_time_out_from_a_cancellation_and_ends_the_whole_process_group(
     make_dir: Callable[[str], Path], python: str, reap_pids: list[int]
 ) -> None:
-    """超时与运行中的取消是否被区分（timed_out / aborted），进程是否先收到 SIGTERM，忽略 SIGTERM 的后代是否也被结束？"""
+    """超时与运行中的取消是否被区分（timed_out / aborted），进程是否先收到 SIGTERM，忽略 SIGTERM 的后代是否也
+    被结束？"""
     root = make_dir("pi-bash-stop-")
     (root / "timeout.py").write_text(TIMEOUT_SCRIPT, encoding="utf-8")
     (root / "cancel.py").write_text(CANCEL_SCRIPT, encoding="utf-8")
@@ -1066,7 +1074,8 @@ print("shell done")
 def test_a_grandchild_that_outlives_its_shell_is_ended_with_the_call(
     make_dir: Callable[[str], Path], python: str, reap_pids: list[int], holds_pipe: bool
 ) -> None:
-    """命令自己正常退出、却在后台留下孙进程（无论它是否还占着输出管道）时，Bash 是否立即返回并结束这个孙进程？"""
+    """命令自己正常退出、却在后台留下孙进程（无论它是否还占着输出管道）时，Bash 是否立即返回并结束这个孙进
+    程？"""
     root = make_dir("pi-bash-grandchild-")
     (root / "spawn.py").write_text(GRANDCHILD_SCRIPT, encoding="utf-8")
     # The limit is far above the run's real time (well under a second), so that a busy machine's slow
@@ -1155,7 +1164,8 @@ def test_a_real_agent_loop_completes_read_edit_bash_with_every_call_paired(
 def test_the_model_is_shown_the_four_tools_and_edits_two_argument_shapes(
     make_dir: Callable[[str], Path],
 ) -> None:
-    """模型收到的工具定义是否依次是 read、write、edit、bash，edit 的参数是否用模型的键（oldText、newText、edits）描述两种形状？"""
+    """模型收到的工具定义是否依次是 read、write、edit、bash，edit 的参数是否用模型的键
+    （oldText、newText、edits）描述两种形状？"""
     root = make_dir("pi-tools-definitions-")
     (root / "task.txt").write_text("draft", encoding="utf-8")
 

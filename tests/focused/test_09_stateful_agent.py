@@ -419,7 +419,8 @@ def loop_event_for(kind: str, value: str) -> LoopEvent:
 @pytest.mark.lab9_1
 @given(steps=LOOP_STEPS)
 def test_reducer_tracks_any_sequence_of_loop_events_like_a_simple_model(steps: list[tuple[str, str]]) -> None:
-    """任意一串 loop 事件之后，streaming_text 与 pending_tool_call_ids 都和一个简单模型一致、且输入从不被改写吗？"""
+    """任意一串 loop 事件之后，streaming_text 与 pending_tool_call_ids 都和一个简单模型一致、且输入从不被改写
+    吗？"""
     state = reduce_agent_state(initial_state(), AgentRunStart(run_id=7, message=user_message("go")))
     streaming, pending = "", []
     for kind, value in steps:
@@ -601,7 +602,8 @@ def test_a_run_started_by_a_run_end_listener_is_not_undone_by_the_old_cleanup(tm
 def test_system_prompt_opens_the_transcript_and_a_patch_is_appended_just_before_its_user_message(
     tmp_path: Path,
 ) -> None:
-    """system_prompt 成为开头的 system message；prompt 的 system 补丁只追加在本次用户消息之前、不改写前缀吗？"""
+    """system_prompt 成为开头的 system message；prompt 的 system 补丁只追加在本次用户消息之前、不改写前缀
+    吗？"""
 
     async def scenario() -> None:
         model = ScriptedModel(
@@ -753,7 +755,8 @@ def test_state_subscriber_events_and_prompt_results_share_no_mutable_references(
 def test_a_tool_result_that_is_not_plain_data_becomes_an_error_result_and_the_run_goes_on(
     tmp_path: Path,
 ) -> None:
-    """执行器返回的结果里带着函数：它被换成一个 is_error 的结果（提到 structured-cloneable），运行照常结束吗？"""
+    """执行器返回的结果里带着函数：它被换成一个 is_error 的结果（提到 structured-cloneable），运行照常结束
+    吗？"""
 
     async def scenario() -> tuple[AgentRunResult, Agent, ScriptedModel]:
         call = tool_call("uncloneable-details")
@@ -823,7 +826,8 @@ def test_a_tool_result_of_plain_data_and_dataclasses_is_kept_as_it_was(tmp_path:
 def test_a_cancellation_before_the_first_request_gives_one_run_end_and_the_next_prompt_a_new_controller(
     tmp_path: Path,
 ) -> None:
-    """run_start 时就取消（两次）：不请求模型、只有一个 run_end；下一次 prompt 用新的 controller 正常完成吗？"""
+    """run_start 时就取消（两次）：不请求模型、只有一个 run_end；下一次 prompt 用新的 controller 正常完成
+    吗？"""
 
     async def scenario() -> None:
         model = ScriptedModel([assistant_message([text("reachable on second run")])])
@@ -858,7 +862,8 @@ def test_a_cancellation_before_the_first_request_gives_one_run_end_and_the_next_
 def test_cancelling_a_running_tool_hands_model_and_tool_one_signal_and_waits_for_the_paired_result(
     tmp_path: Path,
 ) -> None:
-    """运行中取消：模型和工具拿到的是同一个 signal，等工具交回配对结果后以 aborted 结束，下一次用新 signal 吗？"""
+    """运行中取消：模型和工具拿到的是同一个 signal，等工具交回配对结果后以 aborted 结束，下一次用新 signal
+    吗？"""
 
     async def scenario() -> None:
         call = tool_call("slow-tool")
@@ -1027,7 +1032,8 @@ def test_steering_queued_before_a_cancelled_text_stop_is_never_consumed(tmp_path
 @pytest.mark.lab9_5
 @pytest.mark.edits("Agent.follow_up", "Agent.steer")
 def test_follow_ups_wait_for_a_natural_stop_and_no_queue_leaks_into_the_next_run(tmp_path: Path) -> None:
-    """follow-up 只在自然 stop 后消费；空闲或 turn_end 之后排队会被拒绝；失败或取消的运行留下的队列不会漏进下一次吗？"""
+    """follow-up 只在自然 stop 后消费；空闲或 turn_end 之后排队会被拒绝；失败或取消的运行留下的队列不会漏进下
+    一次吗？"""
 
     async def scenario() -> None:
         natural_model = ScriptedModel(

@@ -272,7 +272,8 @@ def test_parse_session_entry_narrows_both_kinds_and_copies_nested_payloads() -> 
 @pytest.mark.lab10_2
 @pytest.mark.edits("system_message_at")
 def test_parse_session_entry_accepts_system_messages_and_checks_their_sections() -> None:
-    """system message 是否作为普通 message entry 通过，None 段落（删除指令）是否保留，没有 sections 时是否不补空 dict？"""
+    """system message 是否作为普通 message entry 通过，None 段落（删除指令）是否保留，没有 sections 时是否不补
+    空 dict？"""
     base = message_entry(
         "system",
         None,
@@ -629,7 +630,8 @@ def test_parse_session_entry_refuses_an_entry_type_it_does_not_know() -> None:
 def test_parse_session_entry_refuses_python_values_that_json_cannot_carry(
     label: str, make: Callable[[], object], message: str
 ) -> None:
-    """bool 当数字、缺少 parentId、dict 子类、非 str 键、循环引用等 Python 特有的非 JSON 值，是否都得到契约里的消息？"""
+    """bool 当数字、缺少 parentId、dict 子类、非 str 键、循环引用等 Python 特有的非 JSON 值，是否都得到契约里
+    的消息？"""
     assert error_of(lambda: parse_session_entry(make())) == message, f"{label} 不应通过运行时边界"
 
 
@@ -679,7 +681,8 @@ def test_any_finite_json_value_survives_the_boundary_equal_and_unshared(value: A
 @pytest.mark.lab10_3
 @pytest.mark.edits("InMemorySessionStore.append")
 def test_in_memory_append_snapshots_at_the_call_and_commits_in_fifo_order() -> None:
-    """InMemory append 是否在调用时取快照（之后改原对象无效）、按调用顺序提交，entries() 是否每次返回新副本？"""
+    """InMemory append 是否在调用时取快照（之后改原对象无效）、按调用顺序提交，entries() 是否每次返回新副
+    本？"""
 
     async def scenario() -> None:
         store = InMemorySessionStore()
@@ -738,7 +741,8 @@ def test_in_memory_refuses_missing_parents_and_duplicate_ids_without_poisoning_t
 @pytest.mark.lab10_3
 @pytest.mark.edits("InMemorySessionStore.append")
 def test_in_memory_child_called_right_after_its_parent_passes_and_a_failure_between_stays_its_own() -> None:
-    """parent 与 child 连续调用、都还没 await 时，child 是否在 parent 提交后通过；夹在中间的失败是否只拒绝它自己？"""
+    """parent 与 child 连续调用、都还没 await 时，child 是否在 parent 提交后通过；夹在中间的失败是否只拒绝它自
+    己？"""
 
     async def scenario() -> None:
         store = InMemorySessionStore()
@@ -779,7 +783,8 @@ def test_recover_jsonl_reads_committed_lines_and_skips_blank_ones() -> None:
 
 @pytest.mark.lab10_4
 def test_recover_jsonl_treats_any_tail_without_a_newline_as_uncommitted() -> None:
-    """没有换行的最后一段——完整合法的 entry、schema 错误的对象、半截 JSON——是否都被忽略并报告为第 2 行的未提交尾部？"""
+    """没有换行的最后一段——完整合法的 entry、schema 错误的对象、半截 JSON——是否都被忽略并报告为第 2 行的未提交
+    尾部？"""
     root = message_entry("root", None, user_message("root"))
     valid_tail = metadata_entry("tail", "root", "mode", "valid")
     for tail in (line_of(valid_tail), json.dumps({"id": "schema-invalid"}), '{"id":'):
@@ -791,7 +796,8 @@ def test_recover_jsonl_treats_any_tail_without_a_newline_as_uncommitted() -> Non
 
 @pytest.mark.lab10_4
 def test_recover_jsonl_reports_the_physical_line_of_a_committed_bad_line() -> None:
-    """已经换行提交的坏 JSON 或坏 schema，是否让 recover_jsonl 失败，并在消息里写出物理行号（空行也算一行）？"""
+    """已经换行提交的坏 JSON 或坏 schema，是否让 recover_jsonl 失败，并在消息里写出物理行号（空行也算一
+    行）？"""
     root = message_entry("root", None, user_message("root"))
     bad_json = error_of(lambda: recover_jsonl(f"{committed(root)}BAD\n"))
     assert bad_json.startswith("session JSONL 第 2 行不是合法 JSON：")
@@ -828,7 +834,8 @@ def test_any_committed_log_reads_back_whole_and_a_tail_never_becomes_an_entry(
 @pytest.mark.lab10_5
 @pytest.mark.edits("JsonlSessionStore.append", "JsonlSessionStore.open")
 def test_jsonl_append_keeps_the_old_bytes_as_a_prefix_and_reopens_across_instances(tmp_path: Path) -> None:
-    """真实文件上，被拒绝的 append 是否一个字节都不写、成功的 append 是否保留旧字节前缀，换一个实例重开是否读回同样的 entries？"""
+    """真实文件上，被拒绝的 append 是否一个字节都不写、成功的 append 是否保留旧字节前缀，换一个实例重开是否读
+    回同样的 entries？"""
 
     async def scenario() -> None:
         file = tmp_path / "session" / "run.jsonl"
@@ -872,7 +879,8 @@ def test_jsonl_append_keeps_the_old_bytes_as_a_prefix_and_reopens_across_instanc
 @pytest.mark.lab10_5
 @pytest.mark.edits("JsonlSessionStore.append")
 def test_jsonl_serializes_at_the_call_and_writes_fifo_through_one_instance(tmp_path: Path) -> None:
-    """Jsonl append 是否在调用时就序列化（之后改原对象无效），第一次写入卡住时第二次是否排队等待而不并发写？"""
+    """Jsonl append 是否在调用时就序列化（之后改原对象无效），第一次写入卡住时第二次是否排队等待而不并发
+    写？"""
 
     async def scenario() -> None:
         file = tmp_path / "memory.jsonl"
@@ -919,7 +927,8 @@ def test_jsonl_serializes_at_the_call_and_writes_fifo_through_one_instance(tmp_p
 def test_an_append_io_failure_closes_the_writer_and_a_reopen_reads_only_until_repaired(
     tmp_path: Path,
 ) -> None:
-    """append 的 I/O 失败后，排队中的和之后的 append、read 是否都得到同一个原始错误且不再碰 I/O；重开后是否只读并拒绝 append？"""
+    """append 的 I/O 失败后，排队中的和之后的 append、read 是否都得到同一个原始错误且不再碰 I/O；重开后是否只
+    读并拒绝 append？"""
 
     async def scenario() -> None:
         healthy_io = FileIO()
@@ -1047,7 +1056,8 @@ def test_messages_on_path_projects_only_the_active_branch_and_keeps_tool_facts_w
 
 @pytest.mark.lab10_6
 def test_messages_on_path_shares_no_arguments_details_or_list_with_its_input() -> None:
-    """messages_on_path 的 arguments、details 和返回的 list 是否与输入互不共享：改输入不影响已投影的结果，改结果不影响下一次投影？"""
+    """messages_on_path 的 arguments、details 和返回的 list 是否与输入互不共享：改输入不影响已投影的结果，改结
+    果不影响下一次投影？"""
     arguments: dict[str, Any] = {"nested": {"path": "before.ts"}}
     details: dict[str, Any] = {"nested": {"bytes": 10}}
     call = ToolCall(id="call", name="read", arguments=arguments)

@@ -198,7 +198,8 @@ SUMMARY_TEXT = "\n".join(
 @pytest.mark.lab11_1
 @pytest.mark.edits("compaction_entry_at", "string_array_at")
 def test_compaction_entry_is_narrowed_and_its_seven_fields_deep_copied() -> None:
-    """一条 compaction entry 经过 parse_session_entry 后，是否仍是 compaction、与输入相等却不共享 summary 及其列表？"""
+    """一条 compaction entry 经过 parse_session_entry 后，是否仍是 compaction、与输入相等却不共享 summary 及其
+    列表？"""
     source = compaction_entry("compact-1", "answer-1", summary(), "user-2", 144)
     parsed = parse_session_entry(source)
 
@@ -252,7 +253,8 @@ def invalid_compactions() -> list[tuple[str, object]]:
 @pytest.mark.lab11_1
 @pytest.mark.edits("compaction_entry_at")
 def test_compaction_schema_refuses_old_fields_missing_fields_and_bad_numbers() -> None:
-    """空 parent、空白 goal、缺字段、旧别名、旧的 compactedEntryIds、负数或无穷的 tokens、字符串 timestamp、非字符串数组成员，是否都过不了 compaction 边界？"""
+    """空 parent、空白 goal、缺字段、旧别名、旧的 compactedEntryIds、负数或无穷的 tokens、字符串 timestamp、非
+    字符串数组成员，是否都过不了 compaction 边界？"""
     valid = compaction_entry("compact-valid", "parent", summary(), "keep")
     assert parse_session_entry(valid).type == "compaction"
     assert parse_session_entry(valid.to_dict()).type == "compaction"
@@ -266,7 +268,8 @@ def test_compaction_schema_refuses_old_fields_missing_fields_and_bad_numbers() -
 @pytest.mark.lab11_1
 @pytest.mark.edits("compaction_summary_at")
 def test_compaction_schema_errors_name_the_field_that_is_wrong() -> None:
-    """每种损坏的 compaction 是否都报出点名那个字段的那条消息（parentId、goal、数组成员、tokensBefore、未知字段）？"""
+    """每种损坏的 compaction 是否都报出点名那个字段的那条消息（parentId、goal、数组成员、tokensBefore、未知字
+    段）？"""
     expected = {
         "null parent": "session compaction compact-valid.parentId 必须是 string",
         "blank goal": "session compaction compact-valid.summary.goal 必须是非空 string",
@@ -291,7 +294,8 @@ def test_compaction_schema_errors_name_the_field_that_is_wrong() -> None:
 @pytest.mark.lab11_1
 @pytest.mark.edits("compaction_entry_at")
 def test_memory_and_jsonl_stores_write_and_reopen_a_compaction(tmp_path: Path) -> None:
-    """InMemorySessionStore 与 JsonlSessionStore 是否都能写入 compaction，JSONL 文件关闭、重新打开后读回的是同样两条 entry？"""
+    """InMemorySessionStore 与 JsonlSessionStore 是否都能写入 compaction，JSONL 文件关闭、重新打开后读回的是同
+    样两条 entry？"""
     root = user_entry("user-1", None, "start")
     compact = compaction_entry("compact-1", "user-1", summary(), "user-1")
 
@@ -346,7 +350,8 @@ def test_group_interactions_splits_at_user_messages_and_returns_copies() -> None
 @pytest.mark.lab11_2
 @pytest.mark.edits("validate_interaction")
 def test_tool_results_in_reverse_order_still_pair_by_call_id() -> None:
-    """两个 tool result 反序到达、中间还夹着一条 assistant 时，是否仍按 call id 配齐，留在同一组并保持原顺序？"""
+    """两个 tool result 反序到达、中间还夹着一条 assistant 时，是否仍按 call id 配齐，留在同一组并保持原顺
+    序？"""
     first, second = call("call-1", "first"), call("call-2", "second")
     entries = [
         user_entry("u1", None, "run both"),
@@ -364,7 +369,8 @@ def test_tool_results_in_reverse_order_still_pair_by_call_id() -> None:
 @pytest.mark.lab11_2
 @pytest.mark.edits("validate_interaction")
 def test_interaction_refuses_orphan_duplicate_and_missing_tool_facts() -> None:
-    """user 之前的 assistant、找不到 call 的 result、重复的 call、重复的 result、缺 result 的 call，是否各自以点名 id 的消息被拒绝？"""
+    """user 之前的 assistant、找不到 call 的 result、重复的 call、重复的 result、缺 result 的 call，是否各自以
+    点名 id 的消息被拒绝？"""
     assert (
         len(
             group_interactions(
@@ -435,7 +441,8 @@ def test_a_result_is_paired_within_its_own_interaction_only() -> None:
 @pytest.mark.lab11_3
 @pytest.mark.edits("build_context")
 def test_build_context_takes_system_output_reserve_and_margin_off_first() -> None:
-    """build_context 是否先扣掉 system、输出预留与安全余量，再按剩下的额度保留最新的完整组，system 排在最前却不进 kept_entry_ids？"""
+    """build_context 是否先扣掉 system、输出预留与安全余量，再按剩下的额度保留最新的完整组，system 排在最前却
+    不进 kept_entry_ids？"""
     conversation = [
         user_entry("u1", "sys", "one", 3),
         assistant_entry("a1", "u1", "one answer", 4),
@@ -476,7 +483,8 @@ def test_build_context_takes_system_output_reserve_and_margin_off_first() -> Non
 @pytest.mark.lab11_3
 @pytest.mark.edits("select_suffix")
 def test_newest_group_over_budget_is_kept_whole() -> None:
-    """最新一组单独就超出额度时，是否仍完整保留 user、call、两个 result 与最终回答，并报告 single_group_overflow？"""
+    """最新一组单独就超出额度时，是否仍完整保留 user、call、两个 result 与最终回答，并报告
+    single_group_overflow？"""
     old = [user_entry("old-u", None, "old", 1), assistant_entry("old-a", "old-u", "old answer", 1)]
     first, second = call("call-1"), call("call-2")
     latest = [
@@ -536,7 +544,8 @@ def test_budget_cuts_only_between_whole_groups_and_shares_nothing_with_the_input
 @pytest.mark.lab11_3
 @pytest.mark.edits("estimated_tokens")
 def test_the_estimator_sees_copies_and_its_answers_are_checked() -> None:
-    """估算器改动它拿到的消息时历史是否不变；估算器抛错、返回负数或 NaN、预算参数为负时，是否以点名来源的消息报错？"""
+    """估算器改动它拿到的消息时历史是否不变；估算器抛错、返回负数或 NaN、预算参数为负时，是否以点名来源的消息
+    报错？"""
     entries = [user_entry("u1", None, "one"), assistant_entry("a1", "u1", "answer")]
     snapshot = copy.deepcopy(entries)
 
@@ -695,7 +704,8 @@ def test_selection_stops_at_the_first_group_that_does_not_fit_even_if_an_older_o
 
 @pytest.mark.lab11_4
 def test_create_compaction_entry_derives_its_parent_and_keeps_history_and_input_apart() -> None:
-    """create_compaction_entry 是否以路径最后一条为 parent，且改动输入 summary 或返回的 entry 都不会反过来改动历史？"""
+    """create_compaction_entry 是否以路径最后一条为 parent，且改动输入 summary 或返回的 entry 都不会反过来改动
+    历史？"""
     active_path: list[SessionEntry] = [
         user_entry("u1", None, "one"),
         assistant_entry("a1", "u1", "answer one"),
@@ -731,7 +741,8 @@ def test_create_compaction_entry_derives_its_parent_and_keeps_history_and_input_
 
 @pytest.mark.lab11_4
 def test_create_compaction_entry_accepts_only_the_first_message_of_a_whole_interaction() -> None:
-    """空路径、组内的 first kept、不存在的 first kept、与路径重复的 id、无效的 tokens_before，是否都被拒绝？"""
+    """空路径、组内的 first kept、不存在的 first kept、与路径重复的 id、无效的 tokens_before，是否都被拒
+    绝？"""
     valid_path: list[SessionEntry] = [user_entry("u1", None, "one"), assistant_entry("a1", "u1", "answer")]
     created = create_compaction_entry(
         valid_path,
@@ -769,7 +780,8 @@ def test_create_compaction_entry_accepts_only_the_first_message_of_a_whole_inter
 @pytest.mark.lab11_5
 @pytest.mark.edits("compaction_summary_text")
 def test_resume_uses_the_latest_summary_and_keeps_the_suffix_from_first_kept() -> None:
-    """恢复时是否只用最新 compaction 的摘要开头，再从 first kept 接上保留的后缀，错误分支与被摘要的旧消息都不出现？"""
+    """恢复时是否只用最新 compaction 的摘要开头，再从 first kept 接上保留的后缀，错误分支与被摘要的旧消息都不
+    出现？"""
     full_log: list[SessionEntry] = [
         user_entry("u1", None, "old question"),
         assistant_entry("a1", "u1", "old answer"),
@@ -871,7 +883,8 @@ def test_a_resumed_path_can_be_compacted_again_and_still_cuts_whole_groups() -> 
 @pytest.mark.lab11_5
 @pytest.mark.edits("message_candidates")
 def test_system_messages_replay_over_the_whole_path_and_stay_out_of_groups_and_summary() -> None:
-    """system message 是否从整条 active path（包括 compaction 之前）重放成开头一条，不进任何组、不进摘要，也不能当作 first kept？"""
+    """system message 是否从整条 active path（包括 compaction 之前）重放成开头一条，不进任何组、不进摘要，也不
+    能当作 first kept？"""
     active_path: list[SessionEntry] = [
         system_entry("sys", None, "BASE", 1, {"rules": "RULE v1"}),
         user_entry("u1", "sys", "old question"),
@@ -937,7 +950,8 @@ def test_system_messages_replay_over_the_whole_path_and_stay_out_of_groups_and_s
 @pytest.mark.lab11_5
 @pytest.mark.edits("message_candidates")
 def test_a_compaction_whose_first_kept_is_not_a_start_before_it_is_refused() -> None:
-    """compaction 的 first kept 在它之后、不存在、或不是 user 起点时，build_context 是否以点名 compaction 的消息拒绝，而不是悄悄换一个起点？"""
+    """compaction 的 first kept 在它之后、不存在、或不是 user 起点时，build_context 是否以点名 compaction 的消
+    息拒绝，而不是悄悄换一个起点？"""
     head: list[SessionEntry] = [
         user_entry("u1", None, "one"),
         assistant_entry("a1", "u1", "answer"),
@@ -1004,7 +1018,8 @@ def build_conversation(shape: Any) -> tuple[list[MessageSessionEntry], list[list
 @pytest.mark.lab11_3
 @pytest.mark.edits("select_suffix")
 def test_any_budget_keeps_the_longest_newest_run_of_whole_groups() -> None:
-    """对任意对话与任意预算，保留的是否总是最新的、放得下的最长一段完整组（放不下时只留最新一组），token 账目是否对得上？"""
+    """对任意对话与任意预算，保留的是否总是最新的、放得下的最长一段完整组（放不下时只留最新一组），token 账目
+    是否对得上？"""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
@@ -1045,7 +1060,8 @@ def test_any_budget_keeps_the_longest_newest_run_of_whole_groups() -> None:
 def test_resuming_at_any_group_start_keeps_nothing_before_it_and_round_trips_through_jsonl(
     tmp_path: Path,
 ) -> None:
-    """在任意组首创建 compaction、经 JSONL 写入并重新打开后，构建结果是否只从那一组开始、以摘要开头，并与重开前的构建相同？"""
+    """在任意组首创建 compaction、经 JSONL 写入并重新打开后，构建结果是否只从那一组开始、以摘要开头，并与重开
+    前的构建相同？"""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 

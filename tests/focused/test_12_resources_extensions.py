@@ -146,7 +146,8 @@ def never_settles() -> asyncio.Future[None]:
 
 
 def record_instances(monkeypatch: pytest.MonkeyPatch, cls: type) -> list[Any]:
-    """Record every instance the dataclass `cls` builds while the test lasts (a deep copy calls no __init__)."""
+    """Record every instance the dataclass `cls` builds while the test lasts (a deep copy calls no
+    __init__)."""
     built: list[Any] = []
     original: Callable[..., None] = vars(cls)["__init__"]
 
@@ -245,7 +246,8 @@ def test_one_root_may_not_declare_an_identity_twice_but_kinds_may_share_a_name(t
 @pytest.mark.lab12_1
 @pytest.mark.edits("discover_root", "discover_resources")
 def test_missing_kinds_are_empty_names_default_to_files_and_the_catalog_is_a_copy(tmp_path: Path) -> None:
-    """缺少 AGENTS.md、skills/、templates/ 是否只是“没有这类资源”，name 缺省时是否取文件夹或文件名，catalog 是否与内部状态不共享？"""
+    """缺少 AGENTS.md、skills/、templates/ 是否只是“没有这类资源”，name 缺省时是否取文件夹或文件名，catalog 是
+    否与内部状态不共享？"""
     empty = tmp_path / "empty"
     empty.mkdir()
     catalog = asyncio.run(discover_resources([str(empty)]))
@@ -275,7 +277,8 @@ def test_missing_kinds_are_empty_names_default_to_files_and_the_catalog_is_a_cop
 def test_the_catalog_handed_out_shares_no_object_with_the_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """discover_resources 交出的是否是整份副本：扫描时构造的资源对象事后被改写，已交出的 catalog 是否纹丝不动，两个视图是否仍指向同一对象？"""
+    """discover_resources 交出的是否是整份副本：扫描时构造的资源对象事后被改写，已交出的 catalog 是否纹丝不
+    动，两个视图是否仍指向同一对象？"""
     root = tmp_path / "root"
     root.mkdir()
     (root / "AGENTS.md").write_text("RULE", "utf-8")
@@ -317,7 +320,8 @@ declarations = st.lists(
 def test_the_first_root_in_the_given_order_wins_every_identity(
     declared: list[tuple[int, str, str]], order: list[int]
 ) -> None:
-    """任意三个 root、任意声明与任意 roots 顺序下，每个 kind:name 是否都由顺序里第一个声明它的 root 胜出，且输出按 kind、name 排序？"""
+    """任意三个 root、任意声明与任意 roots 顺序下，每个 kind:name 是否都由顺序里第一个声明它的 root 胜出，且输
+    出按 kind、name 排序？"""
     with tempfile.TemporaryDirectory(prefix="pi-resource-property-") as folder:
         roots = [Path(folder) / f"root-{index}" for index in range(3)]
         for root in roots:
@@ -348,7 +352,8 @@ def test_the_first_root_in_the_given_order_wins_every_identity(
 @pytest.mark.lab12_2
 @pytest.mark.edits("activate_skill")
 def test_activation_reads_the_body_only_then_and_returns_canonical_paths(tmp_path: Path) -> None:
-    """activate_skill 是否到这时才读取正文，返回 canonical 的 source 与 root，并且修改激活结果不影响 catalog？"""
+    """activate_skill 是否到这时才读取正文，返回 canonical 的 source 与 root，并且修改激活结果不影响
+    catalog？"""
     root = tmp_path / "root"
     skill_root = write_skill(
         root, "review", name="review", description="inspect changes", body="READ THE DIFF FIRST"
@@ -427,7 +432,8 @@ def test_activation_refuses_traversal_absolute_paths_and_symlink_escapes(tmp_pat
 @pytest.mark.lab12_2
 @pytest.mark.edits("resolve_inside_skill", "activate_skill")
 def test_activation_checks_the_root_by_path_components_and_rechecks_the_skill(tmp_path: Path) -> None:
-    """兄弟目录 <root>-old 是否也算在 root 外、空请求是否被拒，未知 skill 与激活时改了名的 skill 是否报错，root 内的链接是否照常可用？"""
+    """兄弟目录 <root>-old 是否也算在 root 外、空请求是否被拒，未知 skill 与激活时改了名的 skill 是否报
+    错，root 内的链接是否照常可用？"""
     root = tmp_path / "root"
     skill_root = write_skill(root, "review", name="review", description="inspect", body="BODY")
     sibling = write_skill(root, "review-old", name="review-old", description="old", body="OLD")
@@ -455,7 +461,8 @@ def test_activation_checks_the_root_by_path_components_and_rechecks_the_skill(tm
 def test_an_activation_shares_no_file_record_with_what_it_built(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """activate_skill 返回的是否是整份副本：激活时构造的文件记录事后被改写，已返回的激活结果与它的 resources 是否不受影响？"""
+    """activate_skill 返回的是否是整份副本：激活时构造的文件记录事后被改写，已返回的激活结果与它的 resources
+    是否不受影响？"""
     root = tmp_path / "root"
     skill_root = write_skill(root, "review", name="review", description="inspect", body="BODY")
     (skill_root / "checklist.md").write_text("tests", "utf-8")
@@ -478,7 +485,8 @@ def test_an_activation_shares_no_file_record_with_what_it_built(
 @pytest.mark.lab12_3
 @pytest.mark.edits("render_template")
 def test_render_template_fills_each_placeholder_and_returns_a_user_message(tmp_path: Path) -> None:
-    """render_template 是否替换每一处 {{name}}、忽略多余参数、缺参数时报错，并返回一条带时间戳的 UserMessage？"""
+    """render_template 是否替换每一处 {{name}}、忽略多余参数、缺参数时报错，并返回一条带时间戳的
+    UserMessage？"""
     root = tmp_path / "root"
     write_template(
         root,
@@ -502,7 +510,8 @@ def test_render_template_fills_each_placeholder_and_returns_a_user_message(tmp_p
 @pytest.mark.lab12_3
 @pytest.mark.edits("render_template")
 def test_only_the_placeholder_protocol_is_replaced_and_values_are_literal() -> None:
-    """只有符合协议的 {{name}} 才被替换、{{ name }} 与 {{1x}} 原样保留，参数值里的 \\1 与 {{x}} 是否按字面插入？"""
+    """只有符合协议的 {{name}} 才被替换、{{ name }} 与 {{1x}} 原样保留，参数值里的 \\1 与 {{x}} 是否按字面插
+    入？"""
     template = TemplateResource(
         name="t", source="/t.md", root="/", description="", body="{{ name }} {{1x}} {{_ok}} {{a}}{{a}}"
     )
@@ -537,7 +546,8 @@ def resource_root(tmp_path: Path) -> Path:
 @pytest.mark.lab12_3
 @pytest.mark.edits("format_resource_context", "lines_for_activated_skill")
 def test_resource_context_shows_every_skills_metadata_and_only_active_bodies(tmp_path: Path) -> None:
-    """format_resource_context 是否包含规则、所有 skill 的 metadata 与已激活 skill 的正文，却不含未激活 skill 的正文，并作为独立段落排在基础 prompt 之后？"""
+    """format_resource_context 是否包含规则、所有 skill 的 metadata 与已激活 skill 的正文，却不含未激活 skill
+    的正文，并作为独立段落排在基础 prompt 之后？"""
     root = resource_root(tmp_path)
     skill_root = root / "skills" / "active"
     (skill_root / "extra.md").write_text("EXTRA FILE", "utf-8")
@@ -645,14 +655,17 @@ async def note(parameters, context):
 
 
 def default(context):
-    context.register_tool(Tool(name="review_note", description="note", schema=object_schema({}), execute=note))
+    context.register_tool(
+        Tool(name="review_note", description="note", schema=object_schema({}), execute=note)
+    )
 '''
 
 
 @pytest.mark.lab12_4
 @pytest.mark.edits("load_extension")
 def test_trust_gate_comes_strictly_before_import(tmp_path: Path) -> None:
-    """信任检查是否严格发生在 import 之前：不受信任时模块从未执行、registry 不变，受信任时才 import 并注册？"""
+    """信任检查是否严格发生在 import 之前：不受信任时模块从未执行、registry 不变，受信任时才 import 并注
+    册？"""
     registry = ToolRegistry()
     host = create_extension_host(registry, hook_timeout_ms=50)
     order: list[str] = []
@@ -757,7 +770,8 @@ def test_a_failing_or_conflicting_factory_leaves_nothing_registered() -> None:
 @pytest.mark.lab12_4
 @pytest.mark.edits("StagingContext.register_tool", "StagingContext.on", "ExtensionHostImpl.stage")
 def test_staging_refuses_bad_names_and_ids_and_late_registrations_change_nothing() -> None:
-    """暂存区是否拒绝重复工具、未知 hook，host 是否拒绝重复 extension id，factory 返回后再注册是否毫无效果？"""
+    """暂存区是否拒绝重复工具、未知 hook，host 是否拒绝重复 extension id，factory 返回后再注册是否毫无效
+    果？"""
     registry = ToolRegistry()
     host = create_extension_host(registry, hook_timeout_ms=50)
     kept: list[ExtensionContext] = []
@@ -893,7 +907,8 @@ def test_hooks_of_a_failed_or_conflicting_factory_never_run() -> None:
 @pytest.mark.lab12_5
 @pytest.mark.edits("ExtensionHostImpl.before", "blocked_result")
 def test_before_deny_gives_a_paired_error_result_and_the_core_never_runs() -> None:
-    """before 返回 deny 时，core 是否一次都不执行，结果是否与 call 配对、is_error=True、details 写明是谁为什么拒绝，hook 拿到的 call 是否只读？"""
+    """before 返回 deny 时，core 是否一次都不执行，结果是否与 call 配对、is_error=True、details 写明是谁为什么
+    拒绝，hook 拿到的 call 是否只读？"""
     host = create_extension_host(ToolRegistry(), hook_timeout_ms=50)
     seen: list[ToolCall] = []
 
@@ -927,7 +942,8 @@ def test_before_deny_gives_a_paired_error_result_and_the_core_never_runs() -> No
 @pytest.mark.lab12_5
 @pytest.mark.edits("ExtensionHostImpl.before", "with_timeout")
 def test_before_throw_and_timeout_both_fail_closed_with_a_diagnostic() -> None:
-    """before 抛错和超时是否都 fail-closed（core 不执行、返回配对的错误结果），并各产生一条 error / timeout 诊断？"""
+    """before 抛错和超时是否都 fail-closed（core 不执行、返回配对的错误结果），并各产生一条 error / timeout 诊
+    断？"""
     thrown_diagnostics: list[ExtensionDiagnostic] = []
     thrown_host = create_extension_host(
         ToolRegistry(), hook_timeout_ms=50, on_diagnostic=thrown_diagnostics.append
@@ -989,7 +1005,8 @@ def test_before_throw_and_timeout_both_fail_closed_with_a_diagnostic() -> None:
 @pytest.mark.lab12_5
 @pytest.mark.edits("ExtensionHostImpl.after", "ExtensionHostImpl.wrap_executor")
 def test_after_runs_once_per_core_result_and_its_failures_never_replace_the_result() -> None:
-    """after hook 是否对每个 core 结果只运行一次，抛错或超时只留诊断而后面的 hook 照常运行，返回值是否与 core 结果相等却不共享？"""
+    """after hook 是否对每个 core 结果只运行一次，抛错或超时只留诊断而后面的 hook 照常运行，返回值是否与 core
+    结果相等却不共享？"""
     diagnostics: list[ExtensionDiagnostic] = []
     host = create_extension_host(ToolRegistry(), hook_timeout_ms=5, on_diagnostic=diagnostics.append)
     observed: list[ToolResultMessage] = []
@@ -1035,7 +1052,8 @@ def test_after_runs_once_per_core_result_and_its_failures_never_replace_the_resu
 @pytest.mark.lab12_5
 @pytest.mark.edits("ExtensionHostImpl.before")
 def test_before_hooks_run_in_order_and_stop_at_the_first_block() -> None:
-    """多个 before 是否按注册顺序运行、在第一个阻断处短路（后面的 before、core、after 都不运行），未知 decision 是否算作故障？"""
+    """多个 before 是否按注册顺序运行、在第一个阻断处短路（后面的 before、core、after 都不运行），未知
+    decision 是否算作故障？"""
     order: list[str] = []
     diagnostics: list[ExtensionDiagnostic] = []
     host = create_extension_host(ToolRegistry(), hook_timeout_ms=50, on_diagnostic=diagnostics.append)
@@ -1084,7 +1102,8 @@ def test_before_hooks_run_in_order_and_stop_at_the_first_block() -> None:
 @pytest.mark.lab12_5
 @pytest.mark.edits("ExtensionHostImpl.wrap_executor", "with_timeout")
 def test_wrapped_executor_passes_options_through_and_keeps_core_facts_apart() -> None:
-    """包装后的执行器是否把 signal 与 report_progress 原样交给 core，allow 后 core 只运行一次，hook 自己抛出的 TimeoutError 是否算 error 而非 timeout，诊断观察者抛错是否不影响结果？"""
+    """包装后的执行器是否把 signal 与 report_progress 原样交给 core，allow 后 core 只运行一次，hook 自己抛出的
+    TimeoutError 是否算 error 而非 timeout，诊断观察者抛错是否不影响结果？"""
     diagnostics: list[ExtensionDiagnostic] = []
 
     def bad_observer(diagnostic: ExtensionDiagnostic) -> None:
@@ -1147,7 +1166,8 @@ def test_a_timed_out_hook_is_told_to_stop_and_the_error_type_is_named() -> None:
 @pytest.mark.lab12_5
 @pytest.mark.edits("with_timeout")
 def test_a_timeout_error_the_hook_raises_itself_is_an_error_not_a_host_timeout() -> None:
-    """hook 的协程自己抛出 TimeoutError 时，是否按 error 而不是 timeout 处理：before 照样 fail-closed 且 reason 是它自己的消息，after 只留一条 kind=error 的诊断？"""
+    """hook 的协程自己抛出 TimeoutError 时，是否按 error 而不是 timeout 处理：before 照样 fail-closed 且
+    reason 是它自己的消息，after 只留一条 kind=error 的诊断？"""
     diagnostics: list[ExtensionDiagnostic] = []
 
     async def policy_deadline(_call: ToolCall) -> None:
@@ -1192,7 +1212,8 @@ def test_a_timeout_error_the_hook_raises_itself_is_an_error_not_a_host_timeout()
 @pytest.mark.lab12_5
 @pytest.mark.edits("ExtensionHostImpl.wrap_executor")
 def test_the_caller_gets_the_core_result_as_it_came_back_not_a_later_edit() -> None:
-    """core 返回之后（after hook 还在运行时）又改写了自己保存的结果对象，调用者拿到的是否仍是 core 返回那一刻的结果？"""
+    """core 返回之后（after hook 还在运行时）又改写了自己保存的结果对象，调用者拿到的是否仍是 core 返回那一刻
+    的结果？"""
 
     async def scenario() -> tuple[ToolResultMessage, list[ToolResultMessage]]:
         host = create_extension_host(ToolRegistry(), hook_timeout_ms=2000)

@@ -267,7 +267,8 @@ async def deny_probe_host(tools: ToolRegistry, folder: Path) -> ExtensionHost:
 @pytest.mark.lab13_1
 @pytest.mark.edits("create_runtime")
 def test_empty_session_builds_one_runtime_whose_control_has_no_prompt() -> None:
-    """空 session 是否只创建一个 Runtime 外壳，保留调用者的 session、resources 与 extension 对象，而 control 上没有 prompt？"""
+    """空 session 是否只创建一个 Runtime 外壳，保留调用者的 session、resources 与 extension 对象，而 control
+    上没有 prompt？"""
 
     async def body() -> None:
         tools = ToolRegistry()
@@ -295,7 +296,8 @@ def test_empty_session_builds_one_runtime_whose_control_has_no_prompt() -> None:
 @pytest.mark.lab13_1
 @pytest.mark.edits("create_runtime")
 def test_non_empty_session_needs_an_explicit_leaf_and_hands_the_agent_a_deep_copy() -> None:
-    """非空 session 是否必须显式选择 leaf，Agent 是否只恢复所选分支的深副本，且不被配置的 BASE SYSTEM 覆盖？"""
+    """非空 session 是否必须显式选择 leaf，Agent 是否只恢复所选分支的深副本，且不被配置的 BASE SYSTEM 覆
+    盖？"""
 
     async def body() -> None:
         root = message_entry("root", "sys", user_message("root question"))
@@ -536,7 +538,8 @@ def paths_and_suffixes(draw: st.DrawFn) -> tuple[list[SessionEntry], list[AgentM
 def test_temporary_entries_form_one_chain_of_unique_ids(
     case: tuple[list[SessionEntry], list[AgentMessage]],
 ) -> None:
-    """对任意 active path 与 suffix，临时 entries 是否接在原路径之后、id 唯一、parent 首尾相接、消息按序且被复制？"""
+    """对任意 active path 与 suffix，临时 entries 是否接在原路径之后、id 唯一、parent 首尾相接、消息按序且被复
+    制？"""
     path, suffix = case
     persisted = [entry.message for entry in path if isinstance(entry, MessageSessionEntry)]
     entries = temporary_entries(projection_snapshot(path), [*persisted, *suffix])
@@ -559,7 +562,8 @@ def test_temporary_entries_form_one_chain_of_unique_ids(
 def test_runtime_wires_resources_and_extension_and_resolves_in_series_after_persisting(
     tmp_path: Path,
 ) -> None:
-    """Runtime 是否接通 resources 段落与 extension 包住的 executor，并在本轮消息全部落盘后才按顺序 resolve？"""
+    """Runtime 是否接通 resources 段落与 extension 包住的 executor，并在本轮消息全部落盘后才按顺序
+    resolve？"""
 
     async def body() -> None:
         resources = await write_skill_root(tmp_path, "PROJECT RULE")
@@ -645,7 +649,8 @@ def test_runtime_wires_resources_and_extension_and_resolves_in_series_after_pers
 @pytest.mark.lab13_3
 @pytest.mark.edits("system_patch")
 def test_system_is_patched_only_on_change_and_a_resumed_transcripts_base_wins(tmp_path: Path) -> None:
-    """system 是否只在变化时追加补丁（变化的段落写新值、多余的写 None），恢复后以 transcript 的基础 prompt 为准，已持久化前缀不改写？"""
+    """system 是否只在变化时追加补丁（变化的段落写新值、多余的写 None），恢复后以 transcript 的基础 prompt 为
+    准，已持久化前缀不改写？"""
 
     async def body() -> None:
         (tmp_path / "AGENTS.md").write_text("NEW RULE", encoding="utf-8")
@@ -724,7 +729,8 @@ section_maps = st.dictionaries(
 def test_replaying_the_patch_gives_the_desired_sections_and_never_a_second_base(
     current: tuple[str, dict[str, str]] | None, content: str, wanted: dict[str, str]
 ) -> None:
-    """对任意已有 system 状态与期望状态，追加补丁后重放出的段落是否正好等于期望段落，且已有基础 prompt 不变、无变化时不打补丁？"""
+    """对任意已有 system 状态与期望状态，追加补丁后重放出的段落是否正好等于期望段落，且已有基础 prompt 不变、
+    无变化时不打补丁？"""
     history: list[AgentMessage] = [] if current is None else [system(current[0], dict(current[1]) or None)]
     desired = SystemState(content=content, sections=dict(wanted))
     patch = system_patch(history, desired)
@@ -748,7 +754,8 @@ def test_replaying_the_patch_gives_the_desired_sections_and_never_a_second_base(
 @pytest.mark.lab13_3
 @pytest.mark.edits("RuntimeImpl._persist")
 def test_only_the_new_suffix_is_appended_and_a_write_failure_poisons_the_runtime() -> None:
-    """恢复的历史是否不被重复追加，system 补丁先于用户消息写入；写入失败后 prompt 与 flush 是否都得到同一个错误、不再请求模型？"""
+    """恢复的历史是否不被重复追加，system 补丁先于用户消息写入；写入失败后 prompt 与 flush 是否都得到同一个错
+    误、不再请求模型？"""
 
     async def body() -> None:
         initial = [
@@ -820,7 +827,8 @@ def test_a_prompt_queued_before_the_failure_gets_the_same_poison() -> None:
 @pytest.mark.lab13_3
 @pytest.mark.edits("RuntimeImpl.dispose")
 def test_flush_waits_for_the_queue_and_dispose_waits_then_closes_prompt_for_good() -> None:
-    """flush 是否等待当前队列；dispose 是否等已接受的 prompt 落盘、重复调用返回同一个对象，并永久拒绝之后的 prompt？"""
+    """flush 是否等待当前队列；dispose 是否等已接受的 prompt 落盘、重复调用返回同一个对象，并永久拒绝之后的
+    prompt？"""
 
     async def body() -> None:
         gate = asyncio.Event()
@@ -870,7 +878,8 @@ def test_flush_waits_for_the_queue_and_dispose_waits_then_closes_prompt_for_good
 @pytest.mark.lab13_3
 @pytest.mark.edits("RuntimeImpl.prompt")
 def test_a_jsonl_session_on_disk_resumes_in_a_new_runtime(tmp_path: Path) -> None:
-    """真实 JSONL 文件上的 session：第一次运行的 suffix 是否逐行落盘，重开后的新 Runtime 是否从所选 leaf 接着写且不再写基础 prompt？"""
+    """真实 JSONL 文件上的 session：第一次运行的 suffix 是否逐行落盘，重开后的新 Runtime 是否从所选 leaf 接着
+    写且不再写基础 prompt？"""
 
     async def body() -> None:
         file = tmp_path / "sessions" / "main.jsonl"
@@ -989,7 +998,8 @@ def test_interactive_and_print_call_prompt_once_and_write_the_final_text() -> No
 @pytest.mark.lab13_4
 @pytest.mark.edits("run_mode")
 def test_json_changes_only_the_presentation_unknown_modes_fail_first_and_io_errors_pass_through() -> None:
-    """json 是否只改变呈现（紧凑 JSON 加换行）；未知 mode 是否在调用 Runtime 之前失败；输出 sink 的错误是否原样上抛？"""
+    """json 是否只改变呈现（紧凑 JSON 加换行）；未知 mode 是否在调用 Runtime 之前失败；输出 sink 的错误是否原
+    样上抛？"""
 
     async def body() -> None:
         result = fixed_result("length", 2, "partial", "length")

@@ -274,7 +274,8 @@ def wire(report: EvalReport) -> str:
 @pytest.mark.lab14_1
 @pytest.mark.edits("run_eval_case")
 def test_each_run_prepares_afresh_and_closes_with_dispose_then_cleanup() -> None:
-    """同一个 case 运行两次，是否每次都重新 prepare，并按 prompt、flush、entries、读文件、dispose、cleanup 的顺序收口？"""
+    """同一个 case 运行两次，是否每次都重新 prepare，并按 prompt、flush、entries、读文件、dispose、cleanup 的
+    顺序收口？"""
     prepared_count = 0
     runs: list[list[str]] = []
     seen_files: list[str] = []
@@ -458,7 +459,8 @@ def test_async_hooks_are_awaited_like_plain_ones() -> None:
     ],
 )
 def test_a_malformed_case_is_refused_before_prepare(change: dict[str, Any]) -> None:
-    """形状无效的 case（空白 id、重复或空白文件名、files 不是列表、钩子不可调用）是否在 prepare 之前就以 prepare/invalid_case 拒绝？"""
+    """形状无效的 case（空白 id、重复或空白文件名、files 不是列表、钩子不可调用）是否在 prepare 之前就以
+    prepare/invalid_case 拒绝？"""
     prepared: list[int] = []
 
     def prepare() -> PreparedEval:
@@ -524,7 +526,8 @@ def every_container(value: object) -> list[object]:
 def test_read_only_copies_compare_equal_refuse_every_change_and_thaw_on_deepcopy(
     arguments: Any, details: Any
 ) -> None:
-    """对任意 JSON 形状的 arguments 与 details，read_only 的结果是否与原值相等、每一层都拒绝修改，而 deepcopy 又得到普通可变的值？"""
+    """对任意 JSON 形状的 arguments 与 details，read_only 的结果是否与原值相等、每一层都拒绝修改，而 deepcopy
+    又得到普通可变的值？"""
     messages: list[AgentMessage] = [
         assistant_message([ToolCall(id="c", name="n", arguments=arguments)], "toolUse", timestamp=1),
         ToolResultMessage("c", "n", [text("r")], details, False, 2),
@@ -577,7 +580,8 @@ def test_read_only_keeps_shared_parts_shared_and_ends_on_cycles() -> None:
 @pytest.mark.lab14_2
 @pytest.mark.edits("valid_verdict")
 def test_a_verdict_decides_the_task_only_and_a_contradictory_one_is_the_judges_fault() -> None:
-    """合法的 passed=False 是否记为 task_failed 并计数 checks，而 passed 与 checks 矛盾或形状不对的 verdict 是否记为 judge/invalid_verdict？"""
+    """合法的 passed=False 是否记为 task_failed 并计数 checks，而 passed 与 checks 矛盾或形状不对的 verdict 是
+    否记为 judge/invalid_verdict？"""
     valid = path_with_tool("oracle")
 
     def with_verdict(verdict: object) -> EvalReport:
@@ -607,7 +611,8 @@ def test_a_verdict_decides_the_task_only_and_a_contradictory_one_is_the_judges_f
 @pytest.mark.lab14_2
 @pytest.mark.edits("assert_protocol")
 def test_the_active_path_refuses_split_transcripts_late_results_and_duplicate_or_dangling_calls() -> None:
-    """active path 是否拒绝重复的 call、没有 result 的 call、跨过下一条 assistant 才补交的 result，以及与 result 不一致的 transcript？"""
+    """active path 是否拒绝重复的 call、没有 result 的 call、跨过下一条 assistant 才补交的 result，以及与
+    result 不一致的 transcript？"""
     duplicate = path_with_tool("duplicate", call_id="same-call", duplicate_call=True)
     unpaired = path_with_tool("unpaired", call_id="never-finished", omit_result=True)
     late_call = call("late-across-assistant")
@@ -696,7 +701,8 @@ def test_system_messages_belong_to_the_path_but_take_no_part_in_the_pairing() ->
 @pytest.mark.lab14_1
 @pytest.mark.edits("run_eval_case")
 def test_prepare_and_judge_errors_leave_fixed_layers_and_no_error_text() -> None:
-    """prepare 与 judge 抛错（或 prepare 交回的不是 PreparedEval）时，报告是否只有固定的 phase/code，没有异常正文？"""
+    """prepare 与 judge 抛错（或 prepare 交回的不是 PreparedEval）时，报告是否只有固定的 phase/code，没有异常
+    正文？"""
     valid = path_with_tool("layer")
 
     def failing_prepare() -> PreparedEval:
@@ -730,7 +736,8 @@ def test_prepare_and_judge_errors_leave_fixed_layers_and_no_error_text() -> None
 @pytest.mark.lab14_1
 @pytest.mark.edits("run_eval_case")
 def test_a_missing_leaf_or_a_broken_path_is_a_protocol_failure() -> None:
-    """没有 active leaf、leaf 不在 session 里或祖先链断开时，是否分别记为 protocol/missing_active_leaf 与 protocol/invalid_active_path？"""
+    """没有 active leaf、leaf 不在 session 里或祖先链断开时，是否分别记为 protocol/missing_active_leaf 与
+    protocol/invalid_active_path？"""
     valid = path_with_tool("leaf")
     broken = [dataclasses.replace(entry) for entry in valid.entries]
     broken[2] = dataclasses.replace(broken[2], parent_id="gone")
@@ -811,7 +818,8 @@ PROTOCOL_CASES: dict[str, tuple[list[AgentMessage], str]] = {
 @pytest.mark.edits("assert_protocol")
 @pytest.mark.parametrize("name", list(PROTOCOL_CASES))
 def test_each_protocol_break_has_its_own_code(name: str) -> None:
-    """每一种协议偏差（先有 assistant、孤立或重复的 result、toolName 错配、没有 user、interaction 不完整、悬空 call）是否各自得到固定的 code？"""
+    """每一种协议偏差（先有 assistant、孤立或重复的 result、toolName 错配、没有 user、interaction 不完整、悬空
+    call）是否各自得到固定的 code？"""
     messages, code = PROTOCOL_CASES[name]
     report = run(case_over(chain("p", messages)))
 
@@ -828,7 +836,8 @@ def test_each_protocol_break_has_its_own_code(name: str) -> None:
 def test_results_of_a_batch_may_come_in_any_order_but_none_may_be_missing(
     batches: list[int], order: Any, data: st.DataObject
 ) -> None:
-    """一次 interaction 里的 results 以任意顺序出现时路径是否合法，而去掉其中任意一个 result 是否总是 unpaired_tool_call？"""
+    """一次 interaction 里的 results 以任意顺序出现时路径是否合法，而去掉其中任意一个 result 是否总是
+    unpaired_tool_call？"""
     messages: list[AgentMessage] = []
     result_positions: list[int] = []
     for turn, size in enumerate(batches):
@@ -854,7 +863,8 @@ def test_results_of_a_batch_may_come_in_any_order_but_none_may_be_missing(
 @pytest.mark.lab14_2
 @pytest.mark.edits("same_transcript")
 def test_the_transcript_comparison_is_strict_about_kinds() -> None:
-    """result 与 session 的比较是否像 isDeepStrictEqual 一样严格：True 不等于 1，列表不等于字典，数字 1 等于 1.0？"""
+    """result 与 session 的比较是否像 isDeepStrictEqual 一样严格：True 不等于 1，列表不等于字典，数字 1 等于
+    1.0？"""
     valid = path_with_tool("strict")
     loose = [copy.deepcopy(message) for message in valid.messages]
     answer = loose[2]
@@ -880,7 +890,8 @@ def test_the_transcript_comparison_is_strict_about_kinds() -> None:
 @pytest.mark.lab14_3
 @pytest.mark.edits("count_evidence")
 def test_safe_evidence_keeps_only_counts_never_transcript_files_paths_or_call_ids() -> None:
-    """报告的 evidence 是否只有计数，序列化后不含 transcript、文件正文、路径或 callId，字段也只有规定的五个？"""
+    """报告的 evidence 是否只有计数，序列化后不含 transcript、文件正文、路径或 callId，字段也只有规定的五
+    个？"""
     raw_secret = "sk-live-RAW-CAPSTONE-SECRET"
     valid = path_with_tool("safe", call_id="raw-sensitive-call-id", file_text=raw_secret)
 
@@ -948,7 +959,8 @@ def test_evidence_counts_tool_errors_and_the_files_read_before_a_failure() -> No
 @pytest.mark.lab14_3
 @pytest.mark.edits("append_cleanup_failure")
 def test_dispose_and_cleanup_failures_never_replace_a_primary_and_append_in_order() -> None:
-    """dispose 与 cleanup 出错时，已有的 primary 是否保留、它们按发生顺序追加为 secondary；主流程通过时 dispose_failed 是否成为 primary？"""
+    """dispose 与 cleanup 出错时，已有的 primary 是否保留、它们按发生顺序追加为 secondary；主流程通过时
+    dispose_failed 是否成为 primary？"""
     valid = path_with_tool("cleanup")
     events: list[str] = []
 
@@ -985,7 +997,8 @@ def test_dispose_and_cleanup_failures_never_replace_a_primary_and_append_in_orde
 @pytest.mark.lab14_3
 @pytest.mark.edits("append_cleanup_failure")
 def test_a_failing_cleanup_alone_becomes_the_primary_of_a_passing_run() -> None:
-    """只有 cleanup 出错、主流程与 dispose 都正常时，cleanup_failed 是否成为 primary、status 变为 infra_failed？"""
+    """只有 cleanup 出错、主流程与 dispose 都正常时，cleanup_failed 是否成为 primary、status 变为
+    infra_failed？"""
     valid = path_with_tool("cleanup-only")
 
     def cleanup() -> None:
@@ -1106,7 +1119,8 @@ def write_answer_tool(workspace: Path) -> Tool[dict[str, Any], dict[str, Any]]:
 def test_a_real_runtime_that_writes_answer_txt_passes_and_each_run_gets_its_own_folder(
     tmp_path: Path,
 ) -> None:
-    """13 的真实 Runtime 在临时目录写出 answer.txt、消息落进 JSONL session 后，runner 是否判定通过，两次运行是否各用各的目录并在 cleanup 后删掉？"""
+    """13 的真实 Runtime 在临时目录写出 answer.txt、消息落进 JSONL session 后，runner 是否判定通过，两次运行是
+    否各用各的目录并在 cleanup 后删掉？"""
     folders: list[Path] = []
     runtimes: list[EvalRuntime] = []
 

@@ -206,7 +206,8 @@ def test_activate_declares_only_codemode_and_deferred_tools_in_registration_orde
 @pytest.mark.lab15_1
 @pytest.mark.edits("scope_denial", "ToolRegistry.can_call")
 def test_execute_tool_call_refuses_by_the_callers_scope_and_the_result_stays_paired() -> None:
-    """execute_tool_call 是否按调用方作用域拒绝未声明或不可调用的工具，而拒绝的结果仍与 call 配对、工具一次也没运行？"""
+    """execute_tool_call 是否按调用方作用域拒绝未声明或不可调用的工具，而拒绝的结果仍与 call 配对、工具一次也
+    没运行？"""
     deferred = probe("mcp_issue", "deferred")
     model_only = probe("tool_search", "model-only")
     hidden = probe("secret", "hidden")
@@ -296,7 +297,8 @@ def test_for_any_registry_the_two_sets_follow_the_exposure_table(
 @pytest.mark.lab15_2
 @pytest.mark.edits("current_tools")
 def test_current_tools_replays_removals_then_additions_in_order_and_shares_nothing() -> None:
-    """current_tools 是否按顺序重放 tools_added / tools_removed、每条消息先删后加，且返回值与 transcript 不共享对象？"""
+    """current_tools 是否按顺序重放 tools_added / tools_removed、每条消息先删后加，且返回值与 transcript 不共
+    享对象？"""
     alpha = definition("alpha")
     beta = definition("beta")
     beta_v2 = definition("beta", "beta v2", {"type": "object", "properties": {"q": {"type": "string"}}})
@@ -422,7 +424,8 @@ INVALID_DECLARATIONS: list[dict[str, Any]] = [
 @pytest.mark.lab15_2
 @pytest.mark.edits("tool_definition_at", "tool_reference_at")
 def test_the_strict_parser_accepts_non_empty_declarations_and_refuses_malformed_ones() -> None:
-    """严格 parser 是否接受非空的 toolsAdded / toolsRemoved，并拒绝空列表、未知字段和不是 object 的 parameters？"""
+    """严格 parser 是否接受非空的 toolsAdded / toolsRemoved，并拒绝空列表、未知字段和不是 object 的
+    parameters？"""
     parsed = parse_session_entry(TOOLS_ENTRY)
 
     assert isinstance(parsed, MessageSessionEntry)
@@ -507,7 +510,8 @@ def test_an_all_direct_registry_writes_no_patch_and_keeps_chapter_07s_transcript
 @pytest.mark.lab15_3
 @pytest.mark.edits("declare_tool_changes")
 def test_with_exposure_one_patch_follows_the_user_message_and_every_request_matches_its_replay() -> None:
-    """用上 exposure 后，第一次请求前是否在用户消息之后追加一条补丁、没有变化时不再追加，而 provider 仍从 tools 读到同样的工具？"""
+    """用上 exposure 后，第一次请求前是否在用户消息之后追加一条补丁、没有变化时不再追加，而 provider 仍从
+    tools 读到同样的工具？"""
     registry = ToolRegistry([probe("echo"), probe("mcp_issue", "deferred"), probe("secret", "hidden")])
     model = ScriptedModel(
         [
@@ -639,7 +643,8 @@ def test_a_repeated_query_term_counts_once_and_a_later_document_may_win_on_score
 @pytest.mark.lab15_4
 @pytest.mark.edits("create_tool_search_tool.execute", "search_candidates", "search_summary")
 def test_tool_search_is_model_only_and_activates_matching_codemode_and_deferred_tools() -> None:
-    """tool_search 是否是 model-only 工具：激活命中的 codemode / deferred 工具，忽略已声明与 hidden 的，并在 details 里返回 loaded？"""
+    """tool_search 是否是 model-only 工具：激活命中的 codemode / deferred 工具，忽略已声明与 hidden 的，并在
+    details 里返回 loaded？"""
     registry = ToolRegistry(
         [
             probe("read", "direct", "Read a file"),

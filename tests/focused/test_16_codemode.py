@@ -224,7 +224,8 @@ async def loop(
 @pytest.mark.lab16_1
 @pytest.mark.edits("run_worker", "Execution._start", "Execution._handle_call")
 def test_a_script_runs_in_quickjs_and_tool_calls_cross_the_bridge_as_json() -> None:
-    """脚本是否在独立 worker 的 QuickJS 里运行：await tools.<name>(args) 经消息桥往返，参数与返回值都按 JSON 到达对面？"""
+    """脚本是否在独立 worker 的 QuickJS 里运行：await tools.<name>(args) 经消息桥往返，参数与返回值都按 JSON
+    到达对面？"""
     seen: list[object] = []
 
     async def add(args: object, context: CodemodeToolContext) -> object:
@@ -328,7 +329,8 @@ def test_a_promise_that_can_never_settle_fails_at_once_as_stalled() -> None:
 @pytest.mark.lab16_1
 @pytest.mark.edits("run_worker", "Execution._start")
 def test_the_sandbox_has_no_timers_no_io_and_no_reach_to_the_bridge() -> None:
-    """脚本里是否没有计时器、fetch、require、process，也拿不到 worker 的桥函数，只有 tools、ALL_TOOLS 与 console？"""
+    """脚本里是否没有计时器、fetch、require、process，也拿不到 worker 的桥函数，只有 tools、ALL_TOOLS 与
+    console？"""
     result = run_script(
         """return [typeof setTimeout, typeof fetch, typeof require, typeof process,
           typeof globalThis.__codemode_bridge,
@@ -349,7 +351,8 @@ def test_the_sandbox_has_no_timers_no_io_and_no_reach_to_the_bridge() -> None:
 @pytest.mark.lab16_1
 @pytest.mark.edits("run_worker", "Execution._start")
 def test_printing_past_the_output_cap_fails_with_a_range_error_the_script_cannot_catch_away() -> None:
-    """循环打印超过输出上限时，脚本是否以 RangeError 失败、catch 住之后也不能继续输出，宿主只保留上限之内的输出？"""
+    """循环打印超过输出上限时，脚本是否以 RangeError 失败、catch 住之后也不能继续输出，宿主只保留上限之内的输
+    出？"""
     large = failure_of(
         run_script('const s = "x".repeat(1 << 20); for (;;) { try { console.log(s); } catch {} }')
     )
@@ -367,7 +370,8 @@ def test_printing_past_the_output_cap_fails_with_a_range_error_the_script_cannot
 @pytest.mark.lab16_1
 @pytest.mark.edits("run_worker")
 def test_the_worker_speaks_one_json_line_per_message_in_both_directions() -> None:
-    """worker 是否按协议说话：读进数据行与结果行，依次写出 output、call 与 done 各一行紧凑 JSON，而不认识的行被忽略？"""
+    """worker 是否按协议说话：读进数据行与结果行，依次写出 output、call 与 done 各一行紧凑 JSON，而不认识的行
+    被忽略？"""
     data = CodemodeWorkerData(
         code='console.log("hi", 1); const r = await tools.echo({ value: "值" });'
         " return [r, typeof tools.echo];",
@@ -417,7 +421,8 @@ def test_the_worker_speaks_one_json_line_per_message_in_both_directions() -> Non
 @pytest.mark.lab16_2
 @pytest.mark.edits("create_nested_tool_bridge")
 def test_nested_calls_take_the_06_15_path_with_parent_ids_and_only_the_callable_set() -> None:
-    """嵌套调用是否走第 06/15 章的执行路径：id 为 <parent>/<n>，表里只有可调用集合，读取不存在的成员抛出带近似名的 TypeError？"""
+    """嵌套调用是否走第 06/15 章的执行路径：id 为 <parent>/<n>，表里只有可调用集合，读取不存在的成员抛出带近似
+    名的 TypeError？"""
     read = EchoTool("read")
     issues = EchoTool("mcp_github_issues", "deferred")
     search = EchoTool("tool_search", "model-only")
@@ -597,7 +602,8 @@ json_arguments = st.recursive(
 def test_any_sequence_of_calls_leaves_a_record_within_its_limits(
     arguments: list[object], max_calls: int, per_call: int, total: int
 ) -> None:
-    """对任意一串调用与任意上限，记录是否不超过条数与字节上限、计数包括每一次调用，而 complete 恰好在有省略时为 False？"""
+    """对任意一串调用与任意上限，记录是否不超过条数与字节上限、计数包括每一次调用，而 complete 恰好在有省略时
+    为 False？"""
     limits = NestedCallLimits(
         max_calls=max_calls, max_argument_bytes_per_call=per_call, max_argument_bytes_total=total
     )
@@ -629,7 +635,8 @@ def test_any_sequence_of_calls_leaves_a_record_within_its_limits(
 @pytest.mark.timeout(60)  # room for each of WAIT_DEADLINES_MS; a loop in your code is still stopped at once
 @pytest.mark.edits("Execution._on_deadline")
 def test_a_dead_loop_is_interrupted_at_the_deadline_and_its_worker_killed() -> None:
-    """死循环是否在 deadline 到期后被打断、worker 被杀掉，结果的 kind 为 timeout，连尚未完成的工具调用也记为 cancelled？"""
+    """死循环是否在 deadline 到期后被打断、worker 被杀掉，结果的 kind 为 timeout，连尚未完成的工具调用也记为
+    cancelled？"""
 
     async def scenario() -> tuple[CodemodeScriptResult, float, int | None]:
         execution = Execution("for (;;) {}", tools={}, timeout_ms=200, memory_limit_bytes=None, signal=None)
@@ -669,7 +676,8 @@ def test_a_dead_loop_is_interrupted_at_the_deadline_and_its_worker_killed() -> N
 @pytest.mark.lab16_3
 @pytest.mark.edits("Execution._watch_signal", "Execution._on_abort")
 def test_the_callers_abort_ends_the_worker_and_pending_nested_calls_get_the_signal() -> None:
-    """调用方 abort 时，worker 是否结束、未完成的嵌套调用收到 abort 信号并记为 cancelled，预先取消的信号是否根本不启动脚本？"""
+    """调用方 abort 时，worker 是否结束、未完成的嵌套调用收到 abort 信号并记为 cancelled，预先取消的信号是否根
+    本不启动脚本？"""
     signals: list[AbortSignal] = []
 
     async def scenario() -> tuple[CodemodeScriptResult, NestedCalls]:
@@ -717,7 +725,8 @@ def test_the_callers_abort_ends_the_worker_and_pending_nested_calls_get_the_sign
 @pytest.mark.lab16_4
 @pytest.mark.edits("create_codemode_tool", "codemode_output")
 def test_codemode_is_a_model_only_tool_answering_json_with_nested_calls_in_its_details() -> None:
-    """codemode 是否是 model-only 工具：成功时内容是返回值的 JSON、details 带 nested_calls，失败时 is_error 并给出错误种类与近似名建议？"""
+    """codemode 是否是 model-only 工具：成功时内容是返回值的 JSON、details 带 nested_calls，失败时 is_error 并
+    给出错误种类与近似名建议？"""
     read = EchoTool("read")
     registry = ToolRegistry([read.tool])
     codemode = create_codemode_tool(registry)
@@ -783,7 +792,8 @@ def test_codemode_is_a_model_only_tool_answering_json_with_nested_calls_in_its_d
 @pytest.mark.lab16_4
 @pytest.mark.edits("create_codemode_tool", "codemode_output")
 def test_through_the_loop_a_script_calls_deferred_tools_and_nested_calls_stay_out_of_the_transcript() -> None:
-    """经 loop 时，脚本调用 deferred 工具是否不必先声明，嵌套调用是否不进入 transcript、只出现在父结果的记录里？"""
+    """经 loop 时，脚本调用 deferred 工具是否不必先声明，嵌套调用是否不进入 transcript、只出现在父结果的记录
+    里？"""
     read = EchoTool("read")
     issues = EchoTool("mcp_github_issues", "deferred")
     registry = ToolRegistry([read.tool, issues.tool])
@@ -830,7 +840,8 @@ def test_through_the_loop_a_script_calls_deferred_tools_and_nested_calls_stay_ou
 @pytest.mark.lab16_4
 @pytest.mark.edits("create_codemode_tool", "codemode_output")
 def test_a_timeout_is_reported_and_the_loop_goes_on_while_the_loops_abort_ends_the_script_aborted() -> None:
-    """超时是否经 details 报告、loop 随后继续；loop 的 abort 是否让脚本以 aborted 结束，整个 loop 也以 aborted 收口？"""
+    """超时是否经 details 报告、loop 随后继续；loop 的 abort 是否让脚本以 aborted 结束，整个 loop 也以 aborted
+    收口？"""
     registry = ToolRegistry([EchoTool("read").tool])
     registry.register(create_codemode_tool(registry, timeout_ms=150))
     model = ScriptedModel(

@@ -115,7 +115,8 @@ async def handshake(client: McpClient, transport: InMemoryTransport) -> None:
     connecting.cancel()
     await asyncio.gather(connecting, return_exceptions=True)
     raise AssertionError(
-        f"connect 在 {HANDSHAKE_TURNS} 轮事件循环内没有结束：服务器已经回答了 initialize，客户端认出这条响应了吗？"
+        f"connect 在 {HANDSHAKE_TURNS} 轮事件循环内没有结束：服务器已经回答了 initialize，"
+        "客户端认出这条响应了吗？"
     )
 
 
@@ -341,7 +342,8 @@ BAD_MESSAGES = [
 @pytest.mark.lab17_1
 @pytest.mark.edits("is_json_rpc_request", "is_json_rpc_notification", "is_json_rpc_response")
 def test_the_three_predicates_exclude_each_other_and_bad_messages_are_refused() -> None:
-    """request、notification、response 三个判定是否互斥，七个反例（以及 True、无穷大这样的 id）是否都被拒绝？"""
+    """request、notification、response 三个判定是否互斥，七个反例（以及 True、无穷大这样的 id）是否都被拒
+    绝？"""
     assert is_json_rpc_request(REQUEST) is True
     assert is_json_rpc_notification(REQUEST) is False
     assert is_json_rpc_response(REQUEST) is False
@@ -386,7 +388,8 @@ def test_at_most_one_predicate_holds_and_parse_accepts_exactly_those(value: dict
 @pytest.mark.lab17_1
 @pytest.mark.edits("McpClient.connect")
 def test_connect_sends_initialize_then_initialized_and_records_the_server() -> None:
-    """connect 是否先发 initialize、再发 notifications/initialized，并记下 serverInfo、协议版本与 instructions；再连一次被拒，close 两次只通知一次？"""
+    """connect 是否先发 initialize、再发 notifications/initialized，并记下 serverInfo、协议版本与
+    instructions；再连一次被拒，close 两次只通知一次？"""
 
     async def scenario() -> None:
         idle = McpClient(name="course", version="0")
@@ -430,7 +433,8 @@ def test_connect_sends_initialize_then_initialized_and_records_the_server() -> N
 @pytest.mark.lab17_1
 @pytest.mark.edits("McpClient.connect")
 def test_an_unsupported_version_fails_connect_closes_and_refuses_later_requests() -> None:
-    """服务器选了不支持的版本时，connect 是否失败并关闭连接、不发 initialized，之后的请求被拒；而 2024-11-05 仍能连上？"""
+    """服务器选了不支持的版本时，connect 是否失败并关闭连接、不发 initialized，之后的请求被拒；而 2024-11-05
+    仍能连上？"""
 
     async def scenario() -> None:
         client_end, server_end = recording_pair()
@@ -528,7 +532,8 @@ def test_a_repeated_cursor_is_an_error_not_an_endless_loop() -> None:
 @pytest.mark.lab17_2
 @pytest.mark.edits("McpClient.call_tool")
 def test_tools_call_sends_arguments_fills_missing_content_and_turns_errors_into_mcp_error() -> None:
-    """tools/call 是否只在给了参数时带 arguments，结果缺 content 时补 []，服务器的 error 响应变成保留 code 的 McpError？"""
+    """tools/call 是否只在给了参数时带 arguments，结果缺 content 时补 []，服务器的 error 响应变成保留 code 的
+    McpError？"""
 
     def on_call(name: str, args: Any) -> Any:
         if name == "echo":
@@ -571,7 +576,8 @@ def cancelled_of(server: FakeServer) -> list[JsonRpcMessage]:
 def test_a_timeout_rejects_sends_cancelled_and_keeps_the_connection_but_initialize_is_never_cancelled() -> (
     None
 ):
-    """请求超时是否以 McpTimeoutError（timeout_ms 为 30）拒绝、发送一条 cancelled 且连接不关；initialize 超时是否关闭连接、不发 cancelled？"""
+    """请求超时是否以 McpTimeoutError（timeout_ms 为 30）拒绝、发送一条 cancelled 且连接不关；initialize 超时
+    是否关闭连接、不发 cancelled？"""
 
     async def scenario() -> None:
         setup = await connected(FakeServerOptions(silent=("tools/call",)))
@@ -606,7 +612,8 @@ def test_a_timeout_rejects_sends_cancelled_and_keeps_the_connection_but_initiali
 @pytest.mark.lab17_3
 @pytest.mark.edits("McpClient._cancel_pending")
 def test_an_abort_rejects_and_sends_cancelled_and_a_closed_transport_rejects_everything_in_flight() -> None:
-    """调用方 abort 是否以 AbortError 拒绝并发送带 reason 的 cancelled；预先取消不发请求；传输关闭是否让所有在途请求以 McpConnectionClosedError 拒绝？"""
+    """调用方 abort 是否以 AbortError 拒绝并发送带 reason 的 cancelled；预先取消不发请求；传输关闭是否让所有在
+    途请求以 McpConnectionClosedError 拒绝？"""
 
     async def scenario() -> None:
         setup = await connected(FakeServerOptions(silent=("tools/call", "ping")))
@@ -878,7 +885,8 @@ while True:
 @pytest.mark.edits("StdioTransport.close")
 @pytest.mark.parametrize("stubborn", ["ignores-eof", "ignores-term"])
 def test_close_escalates_from_eof_to_sigterm_to_sigkill(tmp_path: Path, stubborn: str) -> None:
-    """服务器读到 EOF 后不退出时，close 是否在 grace_ms 后发 SIGTERM；连 SIGTERM 也忽略时，是否再发 SIGKILL，并在子进程退出后才返回？"""
+    """服务器读到 EOF 后不退出时，close 是否在 grace_ms 后发 SIGTERM；连 SIGTERM 也忽略时，是否再发 SIGKILL，
+    并在子进程退出后才返回？"""
 
     async def scenario() -> None:
         args = [server_file(tmp_path, STUBBORN_SERVER)]
@@ -937,7 +945,8 @@ def test_a_server_that_exits_closes_the_client_and_rejects_what_is_in_flight(tmp
 @pytest.mark.lab17_5
 @pytest.mark.edits("create_mcp_tool_name")
 def test_tool_names_are_cleaned_and_get_a_stable_hash_when_long_or_taken() -> None:
-    """工具名是否为 mcp__<server>__<tool>、非字母数字变 _；超长或已被占用时，是否截断并加稳定的 8 位 hash，总长不超过 64？"""
+    """工具名是否为 mcp__<server>__<tool>、非字母数字变 _；超长或已被占用时，是否截断并加稳定的 8 位 hash，总
+    长不超过 64？"""
     assert create_mcp_tool_name("docs", "search") == "mcp__docs__search"
     assert create_mcp_tool_name("my-server", "list.issues") == "mcp__my_server__list_issues"
     # Only ASCII letters and digits stay; a character outside the BMP counts twice, as in JavaScript.
@@ -970,7 +979,8 @@ def test_every_tool_name_is_a_short_identifier(server: str, tool: str) -> None:
 @pytest.mark.lab17_5
 @pytest.mark.edits("McpRuntimeImpl._connect", "McpRuntimeImpl.status", "McpRuntimeImpl.close")
 def test_server_tools_are_registered_deferred_callable_by_scripts_and_activated_by_tool_search() -> None:
-    """服务器工具是否按 deferred 注册：模型直接调用被拒、脚本调用成功，tool_search 激活后模型才能调用；isError 结果保留内容，close 后状态为 closed？"""
+    """服务器工具是否按 deferred 注册：模型直接调用被拒、脚本调用成功，tool_search 激活后模型才能调用；isError
+    结果保留内容，close 后状态为 closed？"""
 
     def on_call(name: str, args: Any) -> Any:
         if name == "fail":
@@ -1089,9 +1099,9 @@ CONFIG = RuntimeConfig(
 @pytest.mark.edits(
     "McpRuntimeImpl.wait_for_direct_servers", "McpRuntimeImpl.sections", "RuntimeImpl._desired_system_state"
 )
-def test_the_servers_section_is_patched_only_on_change_and_the_first_prompt_waits_only_for_direct_servers() -> (
-    None
-):
+def test_the_servers_section_is_patched_only_on_change_and_the_first_prompt_waits_only_for_direct_servers(
+    # No fixtures: the parameter list is opened only because the name leaves no room for `() -> None`.
+) -> None:
     """mcp_servers 段落是否只在变化时打补丁；首个 prompt 是否只等有 direct 工具的服务器，且等待有上限？"""
 
     async def scenario() -> None:

@@ -263,7 +263,8 @@ def describe(entry: SessionEntry) -> str:
 @pytest.mark.lab18_1
 @pytest.mark.edits("ModelCatalog._assert_free")
 def test_the_catalog_tells_physical_from_virtual_and_hands_out_only_physical_models() -> None:
-    """目录是否区分物理模型与虚拟模型：同一个 id 不能两者兼是、空白 id 被拒绝，而只有 physical() 交出 Model？"""
+    """目录是否区分物理模型与虚拟模型：同一个 id 不能两者兼是、空白 id 被拒绝，而只有 physical() 交出
+    Model？"""
     catalog = ModelCatalog()
     fast = scripted("fast-v1", [])
     catalog.register_physical("fast", fast)
@@ -342,7 +343,8 @@ def transcript_of(codes: Sequence[str]) -> list[AgentMessage]:
 @pytest.mark.edits("find_latest_response")
 @given(codes=success_flags())
 def test_the_latest_response_is_the_last_reply_that_did_not_fail(codes: list[str]) -> None:
-    """对任意 transcript，find_latest_response 是否恰好是最后一条既不是 error 也不是 aborted 的 assistant 回复（没有则为 None）？"""
+    """对任意 transcript，find_latest_response 是否恰好是最后一条既不是 error 也不是 aborted 的 assistant 回复
+    （没有则为 None）？"""
     messages = transcript_of(codes)
     expected = [index for index, code in enumerate(codes) if code in "stl"]
     found = find_latest_response(messages)
@@ -355,7 +357,8 @@ def test_the_latest_response_is_the_last_reply_that_did_not_fail(codes: list[str
 @pytest.mark.lab18_1
 @pytest.mark.edits("resolve_route")
 def test_resolve_route_hands_on_previous_failed_and_state_and_accepts_only_physical_targets() -> None:
-    """resolve_route 是否把虚拟选择换成物理模型、原样转达 previous / failed / state，并对路由到虚拟模型、未知 id、未注册与 route 抛错各给出准确错误？"""
+    """resolve_route 是否把虚拟选择换成物理模型、原样转达 previous / failed / state，并对路由到虚拟模型、未知
+    id、未注册与 route 抛错各给出准确错误？"""
 
     async def body() -> None:
         catalog = ModelCatalog()
@@ -429,7 +432,8 @@ def test_resolve_route_hands_on_previous_failed_and_state_and_accepts_only_physi
 @pytest.mark.lab18_1
 @pytest.mark.edits("resolve_route")
 def test_resolve_route_skips_failed_replies_awaits_a_coroutine_router_and_passes_the_signal() -> None:
-    """previous 是否跳过结尾的失败回复、failed 的模型不在目录里时只带 message，而 async 的 route 被 await、signal 原样转达？"""
+    """previous 是否跳过结尾的失败回复、failed 的模型不在目录里时只带 message，而 async 的 route 被
+    await、signal 原样转达？"""
 
     async def body() -> None:
         catalog = ModelCatalog()
@@ -471,7 +475,8 @@ def test_resolve_route_skips_failed_replies_awaits_a_coroutine_router_and_passes
 @pytest.mark.lab18_2
 @pytest.mark.edits("ask_prepare_request")
 def test_the_loop_asks_the_hook_before_every_request_and_only_its_physical_model_is_sent_them() -> None:
-    """loop 是否在每次请求前调用 prepare_request（第一次是 user，工具结果之后是 continuation），而只有钩子换入的物理模型收到请求？"""
+    """loop 是否在每次请求前调用 prepare_request（第一次是 user，工具结果之后是 continuation），而只有钩子换入
+    的物理模型收到请求？"""
 
     async def body() -> None:
         configured = scripted("configured-v1", [reply("configured-v1", "never")])
@@ -508,7 +513,8 @@ def test_the_loop_asks_the_hook_before_every_request_and_only_its_physical_model
 @pytest.mark.lab18_2
 @pytest.mark.edits("request_reason")
 def test_request_reason_reads_the_tail_after_the_last_reply_and_a_rerun_failure_is_a_retry() -> None:
-    """request_reason 是否只看最后一条 assistant 之后的部分：有 user 是 user，以失败回复结尾是带 failed 的 retry，其余是 continuation？"""
+    """request_reason 是否只看最后一条 assistant 之后的部分：有 user 是 user，以失败回复结尾是带 failed 的
+    retry，其余是 continuation？"""
 
     async def body() -> None:
         failed = failure("fast-v1", "error", "rate limited")
@@ -556,7 +562,8 @@ def reason_codes() -> st.SearchStrategy[list[str]]:
 @pytest.mark.edits("request_reason")
 @given(codes=reason_codes())
 def test_the_reason_depends_only_on_what_follows_the_last_reply(codes: list[str]) -> None:
-    """对任意 transcript，request_reason 是否只由最后一条 assistant 之后的消息决定，且 retry 时 failed 就是那条回复本身？"""
+    """对任意 transcript，request_reason 是否只由最后一条 assistant 之后的消息决定，且 retry 时 failed 就是那
+    条回复本身？"""
     stops: dict[str, StopReason] = {"s": "stop", "t": "toolUse", "e": "error", "a": "aborted"}
     messages: list[AgentMessage] = []
     for index, code in enumerate(codes):
@@ -583,7 +590,8 @@ def test_the_reason_depends_only_on_what_follows_the_last_reply(codes: list[str]
 @pytest.mark.lab18_2
 @pytest.mark.edits("ask_prepare_request")
 def test_a_hook_that_raises_ends_the_request_with_an_error_reply_and_no_model_is_asked() -> None:
-    """钩子抛错（同步或 async）时，本次请求是否以一条带原因的 error 回复结束，配置的模型一次也没被请求，transcript 只多这一条？"""
+    """钩子抛错（同步或 async）时，本次请求是否以一条带原因的 error 回复结束，配置的模型一次也没被请
+    求，transcript 只多这一条？"""
 
     async def body() -> None:
         go = user_message("go")
@@ -619,7 +627,8 @@ def test_a_hook_that_raises_ends_the_request_with_an_error_reply_and_no_model_is
 @pytest.mark.lab18_2
 @pytest.mark.edits("ask_prepare_request")
 def test_thinking_level_and_signal_reach_the_physical_model_and_the_transcript_stays() -> None:
-    """thinking_level 与同一个 signal 是否随请求传给钩子换入的物理模型，钩子看到的 context 就是本次请求本身，而 transcript 不被改写？"""
+    """thinking_level 与同一个 signal 是否随请求传给钩子换入的物理模型，钩子看到的 context 就是本次请求本身，
+    而 transcript 不被改写？"""
 
     async def body() -> None:
         recording = RecordingModel(scripted("smart-v1", [reply("smart-v1", "ok")]))
@@ -681,7 +690,8 @@ def test_thinking_level_and_signal_reach_the_physical_model_and_the_transcript_s
 @pytest.mark.lab18_3
 @pytest.mark.edits("branch_selection", "virtual_model_state")
 def test_the_last_model_change_selects_and_the_state_is_the_latest_of_that_model() -> None:
-    """分支上最后一条 model_change 是否决定选中的模型，状态是否按模型 id 取最近一条，而 key 不对或值不是 {modelId} 的 entry 被忽略？"""
+    """分支上最后一条 model_change 是否决定选中的模型，状态是否按模型 id 取最近一条，而 key 不对或值不是
+    {modelId} 的 entry 被忽略？"""
     branch: list[SessionEntry] = [
         metadata("m1", None, MODEL_CHANGE_KEY, {"modelId": "auto"}),
         metadata("m2", "m1", VIRTUAL_MODEL_STATE_KEY, {"modelId": "auto", "state": {"turns": 1}}),
@@ -743,7 +753,8 @@ def test_reading_the_branch_agrees_with_replaying_it_in_order(branch: list[Sessi
     "VirtualModelRouting.prepare_request", "VirtualModelRouting._resolve", "VirtualModelRouting.route_direct"
 )
 def test_state_is_recorded_only_on_change_a_physical_pick_skips_the_router_direct_ignores_state() -> None:
-    """路由是否只在状态变化时记录 virtual_model_state、选中物理模型时直接派发不问路由器，而 direct 请求既不读也不写状态？"""
+    """路由是否只在状态变化时记录 virtual_model_state、选中物理模型时直接派发不问路由器，而 direct 请求既不读
+    也不写状态？"""
 
     async def body() -> None:
         catalog = ModelCatalog()
@@ -800,7 +811,8 @@ def test_state_is_recorded_only_on_change_a_physical_pick_skips_the_router_direc
 @pytest.mark.lab18_3
 @pytest.mark.edits("VirtualModelRouting.prepare_request", "VirtualModelRouting._resolve")
 def test_the_hook_passes_reason_failed_signal_and_thinking_level_through_the_router() -> None:
-    """prepare_request 是否把请求的 reason、failed、messages 与 signal 交给路由器，并把路由的 thinking_level 交回给 loop？"""
+    """prepare_request 是否把请求的 reason、failed、messages 与 signal 交给路由器，并把路由的 thinking_level
+    交回给 loop？"""
 
     async def body() -> None:
         catalog = ModelCatalog()
@@ -839,7 +851,8 @@ def test_the_hook_passes_reason_failed_signal_and_thinking_level_through_the_rou
     "RuntimeImpl._persist_metadata", "RuntimeImpl.append_metadata", "RuntimeImpl._request_session"
 )
 def test_through_the_runtime_selection_and_state_are_branch_metadata_restored_on_reopen() -> None:
-    """经 Runtime：model_change 与路由状态是否都是分支上的 metadata entry，状态跟在本轮消息之后落盘，重新打开后从 active path 还原选择与状态？"""
+    """经 Runtime：model_change 与路由状态是否都是分支上的 metadata entry，状态跟在本轮消息之后落盘，重新打开
+    后从 active path 还原选择与状态？"""
 
     async def body() -> None:
         catalog = routed_catalog(
@@ -904,7 +917,8 @@ def test_through_the_runtime_selection_and_state_are_branch_metadata_restored_on
 @pytest.mark.lab18_3
 @pytest.mark.edits("RuntimeImpl._persist_metadata", "RuntimeImpl._request_session")
 def test_a_failed_routing_writes_no_state_and_the_next_turn_routes_again() -> None:
-    """路由失败时，本轮是否以带原因的 error 回复结束且不写状态，而下一轮仍从分支上的选择重新路由（原因是 user 而不是 retry）？"""
+    """路由失败时，本轮是否以带原因的 error 回复结束且不写状态，而下一轮仍从分支上的选择重新路由（原因是 user
+    而不是 retry）？"""
 
     async def body() -> None:
         attempts: list[str] = []
@@ -938,7 +952,8 @@ def test_a_failed_routing_writes_no_state_and_the_next_turn_routes_again() -> No
 @pytest.mark.lab18_3
 @pytest.mark.edits("RuntimeImpl._request_session", "RuntimeImpl._persist_metadata")
 def test_a_later_request_of_the_same_turn_sees_the_state_recorded_but_not_yet_written() -> None:
-    """同一轮 prompt 里工具往返之后的第二次请求，是否经 branch() 读到第一次请求刚记录、尚未落盘的状态，而两条状态都跟在本轮全部消息之后落盘？"""
+    """同一轮 prompt 里工具往返之后的第二次请求，是否经 branch() 读到第一次请求刚记录、尚未落盘的状态，而两条
+    状态都跟在本轮全部消息之后落盘？"""
 
     async def body() -> None:
         catalog = routed_catalog(
@@ -983,7 +998,8 @@ def test_a_later_request_of_the_same_turn_sees_the_state_recorded_but_not_yet_wr
 @pytest.mark.lab18_3
 @pytest.mark.edits("RuntimeImpl.append_metadata")
 def test_a_model_change_waits_in_the_prompt_queue_and_a_closed_runtime_refuses_it() -> None:
-    """append_metadata 是否与 prompt 排在同一条队列：运行中途切换模型的 model_change 等本轮落盘后才写、parent 是本轮最后一条，dispose 后被拒绝？"""
+    """append_metadata 是否与 prompt 排在同一条队列：运行中途切换模型的 model_change 等本轮落盘后才写、parent
+    是本轮最后一条，dispose 后被拒绝？"""
 
     async def body() -> None:
         gate = asyncio.Event()
@@ -1054,7 +1070,8 @@ def test_a_model_change_waits_in_the_prompt_queue_and_a_closed_runtime_refuses_i
 @pytest.mark.lab18_3
 @pytest.mark.edits("RuntimeImpl._persist_metadata", "RuntimeImpl.append_metadata")
 def test_a_jsonl_session_on_disk_reopens_with_its_selection_and_state(tmp_path: Path) -> None:
-    """写进真实 JSONL 文件的选择与路由状态，是否能由新的 Runtime 从 active path 读回，并让下一次路由从恢复出的 count 继续？"""
+    """写进真实 JSONL 文件的选择与路由状态，是否能由新的 Runtime 从 active path 读回，并让下一次路由从恢复出的
+    count 继续？"""
 
     async def body() -> None:
         file = tmp_path / "session.jsonl"

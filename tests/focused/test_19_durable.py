@@ -207,7 +207,8 @@ class ChangeFailed(Exception):
 @pytest.mark.lab19_1
 @pytest.mark.edits("DurableStore.commit")
 def test_a_batch_lands_whole_or_not_at_all_and_a_snapshot_round_trips() -> None:
-    """一批写入是否要么全部进入存储、要么一条都不进（同批合法的写入也不落下），按 id 整条替换，快照经 JSON 导出再导入后状态相同且与原存储互不影响？"""
+    """一批写入是否要么全部进入存储、要么一条都不进（同批合法的写入也不落下），按 id 整条替换，快照经 JSON 导
+    出再导入后状态相同且与原存储互不影响？"""
 
     async def scenario() -> None:
         store = DurableStore()
@@ -244,7 +245,8 @@ def test_a_batch_lands_whole_or_not_at_all_and_a_snapshot_round_trips() -> None:
 @pytest.mark.lab19_1
 @pytest.mark.edits("DurableStore.commit")
 def test_the_store_refuses_every_kind_of_bad_write_with_its_message() -> None:
-    """未知 collection、空的或不是字符串的 id、NaN、无穷大、函数、对象实例、非字符串键与循环引用，是否都让整批以 StorageRejected 拒绝，消息是“写入 collection/id 不是合法 JSON 记录”？"""
+    """未知 collection、空的或不是字符串的 id、NaN、无穷大、函数、对象实例、非字符串键与循环引用，是否都让整批
+    以 StorageRejected 拒绝，消息是“写入 collection/id 不是合法 JSON 记录”？"""
 
     class Thing:
         pass
@@ -296,7 +298,8 @@ NOT_JSON = st.sampled_from([float("nan"), float("-inf"), print, object(), {2: "x
 def test_one_bad_value_anywhere_in_a_batch_leaves_the_store_as_it_was(
     good: list[JsonValue], bad: object, where: int, nested: bool
 ) -> None:
-    """对任意一批合法 JSON 写入，只要其中任意位置混进一个不是 JSON 的值（顶层或嵌套），存储、seq 与监听者是否都和提交前完全一样？"""
+    """对任意一批合法 JSON 写入，只要其中任意位置混进一个不是 JSON 的值（顶层或嵌套），存储、seq 与监听者是否
+    都和提交前完全一样？"""
 
     async def scenario() -> None:
         store = DurableStore()
@@ -318,7 +321,8 @@ def test_one_bad_value_anywhere_in_a_batch_leaves_the_store_as_it_was(
 @pytest.mark.lab19_1
 @pytest.mark.edits("DurableStore.commit")
 def test_store_commits_run_in_call_order_and_a_refused_one_takes_no_seq() -> None:
-    """同时发出的三次 store.commit 是否按调用顺序执行，被拒绝的那一次不占 seq，监听者按顺序收到各自写入的副本？"""
+    """同时发出的三次 store.commit 是否按调用顺序执行，被拒绝的那一次不占 seq，监听者按顺序收到各自写入的副
+    本？"""
 
     async def scenario() -> None:
         store = DurableStore()
@@ -357,7 +361,8 @@ def test_store_commits_run_in_call_order_and_a_refused_one_takes_no_seq() -> Non
 @pytest.mark.lab19_1
 @pytest.mark.edits("DurableSession.commit")
 def test_concurrent_commits_run_one_at_a_time_and_each_change_sees_the_last_commit() -> None:
-    """两个并发的 session.commit 是否串行执行：第二个 change 要等第一个提交完成才开始，并读到第一次提交后的状态？"""
+    """两个并发的 session.commit 是否串行执行：第二个 change 要等第一个提交完成才开始，并读到第一次提交后的状
+    态？"""
 
     async def scenario() -> None:
         session = DurableSession(DurableStore())
@@ -396,7 +401,8 @@ def test_concurrent_commits_run_one_at_a_time_and_each_change_sees_the_last_comm
 @pytest.mark.lab19_1
 @pytest.mark.edits("DurableSession.commit")
 def test_nothing_becomes_visible_when_a_change_raises_or_the_store_refuses() -> None:
-    """change 抛错或存储拒绝时，session 与存储是否都没有任何进展、不产生提交，而后面的提交照常进行；只读的 change 是否不产生提交？"""
+    """change 抛错或存储拒绝时，session 与存储是否都没有任何进展、不产生提交，而后面的提交照常进行；只读的
+    change 是否不产生提交？"""
 
     async def scenario() -> None:
         store = DurableStore()
@@ -434,7 +440,8 @@ def test_nothing_becomes_visible_when_a_change_raises_or_the_store_refuses() -> 
 @pytest.mark.lab19_1
 @pytest.mark.edits("DurableSession.commit")
 def test_a_session_starts_from_the_store_and_hands_out_copies() -> None:
-    """在已有记录的存储上新建的 session 是否从已提交状态开始，而 get、list 与 tx 读到的值都是副本，改了也不影响可见状态？"""
+    """在已有记录的存储上新建的 session 是否从已提交状态开始，而 get、list 与 tx 读到的值都是副本，改了也不影
+    响可见状态？"""
 
     async def scenario() -> None:
         store = DurableStore()
@@ -469,7 +476,8 @@ def test_a_session_starts_from_the_store_and_hands_out_copies() -> None:
 @pytest.mark.lab19_2
 @pytest.mark.edits("DurableHarness.run")
 def test_prompt_commits_entry_and_task_together_and_run_walks_pending_running_completed() -> None:
-    """prompt 是否把用户 entry 与 generation 任务放进同一次提交；run 是否让任务 pending → running → completed，回复与完成同一次提交，检查点整条替换、不再带 partial？"""
+    """prompt 是否把用户 entry 与 generation 任务放进同一次提交；run 是否让任务 pending → running →
+    completed，回复与完成同一次提交，检查点整条替换、不再带 partial？"""
 
     async def scenario() -> None:
         store = DurableStore()
@@ -502,7 +510,8 @@ def test_prompt_commits_entry_and_task_together_and_run_walks_pending_running_co
 @pytest.mark.lab19_2
 @pytest.mark.edits("DurableHarness.open")
 def test_reopening_turns_running_back_to_pending_and_leaves_other_tasks_alone() -> None:
-    """从第 6 次提交后崩溃的快照重新打开时，running 的任务是否改回 pending、已完成的任务不变，再 run 后会话以新的回复结尾？"""
+    """从第 6 次提交后崩溃的快照重新打开时，running 的任务是否改回 pending、已完成的任务不变，再 run 后会话以
+    新的回复结尾？"""
 
     async def scenario() -> None:
         store = DurableStore()
@@ -544,7 +553,8 @@ def test_reopening_turns_running_back_to_pending_and_leaves_other_tasks_alone() 
 @pytest.mark.lab19_2
 @pytest.mark.edits("DurableHarness.open", "DurableHarness.run")
 def test_opening_without_running_tasks_and_a_run_aborted_beforehand_commit_nothing() -> None:
-    """打开一个没有 running 任务的存储是否不产生提交；signal 已经触发的 run 是否一次都不提交、任务仍是 pending？"""
+    """打开一个没有 running 任务的存储是否不产生提交；signal 已经触发的 run 是否一次都不提交、任务仍是
+    pending？"""
 
     async def scenario() -> None:
         store = DurableStore()
@@ -570,7 +580,8 @@ def test_opening_without_running_tasks_and_a_run_aborted_beforehand_commit_nothi
 
 @pytest.mark.lab19_3
 def test_the_tool_intent_is_committed_before_execute_and_the_result_lands_with_the_next_generation() -> None:
-    """工具任务是否在 execute() 之前提交意图（参数与 replay 策略），结果 entry、任务完成与下一轮 generation 是否在意图之后同一次提交里出现？"""
+    """工具任务是否在 execute() 之前提交意图（参数与 replay 策略），结果 entry、任务完成与下一轮 generation 是
+    否在意图之后同一次提交里出现？"""
 
     async def scenario() -> None:
         store = DurableStore()
@@ -620,7 +631,8 @@ def test_the_tool_intent_is_committed_before_execute_and_the_result_lands_with_t
 
 @pytest.mark.lab19_3
 def test_a_safe_tool_interrupted_after_its_intent_runs_once_again_on_recovery() -> None:
-    """工具挂起时意图是否已可见而结果尚未可见；恢复时存储意图与当前注册都是 replay:safe，工具是否用存储的参数从头重跑一次、结果正常？"""
+    """工具挂起时意图是否已可见而结果尚未可见；恢复时存储意图与当前注册都是 replay:safe，工具是否用存储的参数
+    从头重跑一次、结果正常？"""
 
     async def scenario() -> None:
         store = DurableStore()
@@ -670,7 +682,8 @@ def test_a_safe_tool_interrupted_after_its_intent_runs_once_again_on_recovery() 
 def test_an_unsafe_intent_or_registration_gets_an_interrupted_result_instead_of_a_rerun(
     stored: ReplayPolicy, current: str | None
 ) -> None:
-    """存储意图是 unsafe，或当前注册改成 unsafe（缺省也是 unsafe）、甚至不再注册这个工具时，恢复是否都不重跑，而是给模型一条 interrupted 错误结果、任务 failed，会话照常进入下一轮？"""
+    """存储意图是 unsafe，或当前注册改成 unsafe（缺省也是 unsafe）、甚至不再注册这个工具时，恢复是否都不重跑，
+    而是给模型一条 interrupted 错误结果、任务 failed，会话照常进入下一轮？"""
 
     async def crash_after_intent() -> DurableSnapshot:
         store = DurableStore()
@@ -721,7 +734,8 @@ def test_an_unsafe_intent_or_registration_gets_an_interrupted_result_instead_of_
 
 @pytest.mark.lab19_3
 def test_unknown_tools_and_bad_arguments_settle_without_an_intent_and_the_next_turn_waits_for_both() -> None:
-    """未注册的工具与参数不合法的调用是否不提交意图、直接以错误结果 completed，而下一轮 generation 只在同一条回复的所有调用都结束后才创建？"""
+    """未注册的工具与参数不合法的调用是否不提交意图、直接以错误结果 completed，而下一轮 generation 只在同一条
+    回复的所有调用都结束后才创建？"""
 
     async def scenario() -> None:
         store = DurableStore()
@@ -787,7 +801,8 @@ def test_unknown_tools_and_bad_arguments_settle_without_an_intent_and_the_next_t
 
 @pytest.mark.lab19_4
 def test_partial_output_is_committed_step_by_step_and_becomes_an_aborted_entry_after_a_crash() -> None:
-    """流式部分输出是否逐个增量提交、只在检查点里；崩溃后重新打开时，已提交的部分输出是否变成一条 aborted 的 assistant entry，请求用同样的消息从头重发？"""
+    """流式部分输出是否逐个增量提交、只在检查点里；崩溃后重新打开时，已提交的部分输出是否变成一条 aborted 的
+    assistant entry，请求用同样的消息从头重发？"""
 
     async def scenario() -> None:
         store = DurableStore()
@@ -830,7 +845,8 @@ def test_partial_output_is_committed_step_by_step_and_becomes_an_aborted_entry_a
 
 @pytest.mark.lab19_4
 def test_a_crash_right_after_recovery_does_not_turn_the_partial_into_a_second_entry() -> None:
-    """恢复提交（aborted entry 与清空的检查点）刚落盘进程就再次崩溃时，第三个进程是否不会再写一条 aborted entry，而是直接重发同样的请求？"""
+    """恢复提交（aborted entry 与清空的检查点）刚落盘进程就再次崩溃时，第三个进程是否不会再写一条 aborted
+    entry，而是直接重发同样的请求？"""
 
     async def scenario() -> None:
         store = DurableStore()
@@ -874,7 +890,8 @@ def test_a_crash_right_after_recovery_does_not_turn_the_partial_into_a_second_en
 
 @pytest.mark.lab19_4
 def test_a_model_error_reply_is_stored_and_creates_no_new_generation() -> None:
-    """模型以 error 结束时，错误回复是否作为 entry 落盘、任务 completed 且不创建新的 generation；下一次 prompt 是否从新的用户消息继续？"""
+    """模型以 error 结束时，错误回复是否作为 entry 落盘、任务 completed 且不创建新的 generation；下一次 prompt
+    是否从新的用户消息继续？"""
 
     async def scenario() -> None:
         store = DurableStore()

@@ -102,7 +102,8 @@ def failure(call_id: str, name: str, message: str) -> dict[str, Any]:
 
 @pytest.mark.lab6_1
 def test_held_out_json_schema_follows_another_shape_in_its_own_order() -> None:
-    """换一个 shape（root、depth、pattern、note）时，JSON Schema 的 properties 与 required 仍按 shape 的顺序推出吗？"""
+    """换一个 shape（root、depth、pattern、note）时，JSON Schema 的 properties 与 required 仍按 shape 的顺序推
+    出吗？"""
     schema = object_schema(list_dir_shape())
     assert schema.json_schema == {
         "type": "object",

@@ -200,7 +200,8 @@ def test_held_out_calls_of_other_tools_in_a_turn_that_runs_none_are_each_skipped
 def test_held_out_a_batch_of_three_other_calls_ends_in_completion_order_and_is_written_in_call_order() -> (
     None
 ):
-    """三个其他工具同时运行、按相反顺序完成：tool_end 按完成顺序，结果按 call 顺序，失败与未知工具各自配对吗？"""
+    """三个其他工具同时运行、按相反顺序完成：tool_end 按完成顺序，结果按 call 顺序，失败与未知工具各自配对
+    吗？"""
 
     async def scenario() -> tuple[AgentRunResult, list[LoopEvent]]:
         started = asyncio.Event()

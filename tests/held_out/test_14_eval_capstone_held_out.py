@@ -162,7 +162,8 @@ def published(report: EvalReport) -> str:
 @pytest.mark.lab14_3
 @pytest.mark.edits("run_eval_suite")
 def test_held_out_repeated_case_is_isolated_on_new_ids_and_ignores_the_unselected_branch() -> None:
-    """在新的路径与 callId 上重复运行同一个 held-out case 时，每次是否都重新 prepare、各自隔离，并忽略未选中的分支？"""
+    """在新的路径与 callId 上重复运行同一个 held-out case 时，每次是否都重新 prepare、各自隔离，并忽略未选中的
+    分支？"""
     generation = 0
     observed_leaves: list[str] = []
 
@@ -217,7 +218,8 @@ def probe(case_id: str, fixture: Fixture) -> EvalCase:
 @pytest.mark.lab14_2
 @pytest.mark.edits("assert_protocol")
 def test_held_out_protocol_faults_tell_a_tool_name_mismatch_from_a_repeated_result() -> None:
-    """held-out 的协议扰动里，toolName 错配与重复的 result 是否分别识别为 tool_name_mismatch 与 duplicate_tool_result？"""
+    """held-out 的协议扰动里，toolName 错配与重复的 result 是否分别识别为 tool_name_mismatch 与
+    duplicate_tool_result？"""
     wrong_name = asyncio.run(
         run_eval_case(probe("hidden-name-fault-73", held_out_path("fault-name-73", result_name="replace")))
     )
@@ -240,7 +242,8 @@ def test_held_out_protocol_faults_tell_a_tool_name_mismatch_from_a_repeated_resu
 @pytest.mark.lab14_3
 @pytest.mark.edits("append_cleanup_failure")
 def test_held_out_file_fault_stays_primary_lifecycle_faults_only_append_and_nothing_leaks() -> None:
-    """held-out 的文件读取故障是否保持 primary，之后的 dispose 与 cleanup 故障只是追加，而报告里不含任何秘密、路径或异常正文？"""
+    """held-out 的文件读取故障是否保持 primary，之后的 dispose 与 cleanup 故障只是追加，而报告里不含任何秘密、
+    路径或异常正文？"""
     fixture = held_out_path("fault-stack-113")
     events: list[str] = []
     secret = "secret-held-out-113"
