@@ -1,4 +1,5 @@
-"""pi_course at checkpoint 04: a scripted model plays written-down replies through the real stream protocol."""
+"""pi_course at checkpoint 04: a scripted model plays written-down replies through the real stream
+protocol."""
 
 from .demo.prologue import (
     PrologueOwner,

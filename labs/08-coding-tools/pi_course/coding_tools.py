@@ -260,7 +260,8 @@ class EditParameters:
 
 
 def parse_edit_parameters(value: object) -> EditParameters:
-    """Accept `{path, oldText, newText}` or `{path, edits: [{oldText, newText}, …]}`; refuse an empty batch."""
+    """Accept `{path, oldText, newText}` or `{path, edits: [{oldText, newText}, …]}`; refuse an empty
+    batch."""
     raise LabNotImplemented("8.4", "parse_edit_parameters")
 
 

@@ -441,7 +441,8 @@ async def run_eval_case(eval_case: EvalCase) -> EvalReport:
 
 
 def valid_verdict(value: object) -> TypeGuard[TaskVerdict]:
-    """True for a verdict whose `passed` is exactly "every check is True"; anything else is the judge's fault."""
+    """True for a verdict whose `passed` is exactly "every check is True"; anything else is the judge's
+    fault."""
     raise LabNotImplemented("14.2", "valid_verdict")
 
 

@@ -225,7 +225,8 @@ class ToolRegistry:
         return builtins.list(self._tools.values())
 
     def exposure_of(self, name: str) -> ToolExposure | None:
-        """The exposure of the tool registered under `name` (`direct` by default); None for an unknown name."""
+        """The exposure of the tool registered under `name` (`direct` by default); None for an unknown
+        name."""
         raise LabNotImplemented("15.1", "ToolRegistry.exposure_of")
 
     def uses_exposure(self) -> bool:
@@ -251,7 +252,8 @@ class ToolRegistry:
         raise LabNotImplemented("15.1", "ToolRegistry.declared")
 
     def callable(self) -> builtins.list[Tool[Any, Any]]:
-        """The callable set (a script's view): every `codemode` / `deferred` tool, and active `direct` ones."""
+        """The callable set (a script's view): every `codemode` / `deferred` tool, and active `direct`
+        ones."""
         raise LabNotImplemented("15.1", "ToolRegistry.callable")
 
     def can_call(self, name: str, scope: ToolCallScope) -> bool:

@@ -1,4 +1,5 @@
-"""pi_course at checkpoint 16: the model's scripts run in a QuickJS sandbox of their own and call tools through one bounded bridge."""
+"""pi_course at checkpoint 16: the model's scripts run in a QuickJS sandbox of their own and call tools
+through one bounded bridge."""
 
 from .agent import (
     BUSY,

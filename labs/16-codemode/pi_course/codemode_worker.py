@@ -1,10 +1,11 @@
 """The codemode worker process: one fresh QuickJS VM runs one script for its host.
 
 The host starts this interpreter on `worker_main()` for every execution (`codemode.worker_command`,
-one started ahead of need by `codemode.start_worker`), writes `CodemodeWorkerData` as the first line of the worker's stdin and reads the worker's messages
-from its stdout (`codemode_protocol`). The worker passes tool calls and `console.*` output on to the host and
-reports how the script settled. When the script ends, times out or is cancelled, the host kills the
-process: a script spinning in the VM can never hold up the host's own event loop.
+one started ahead of need by `codemode.start_worker`), writes `CodemodeWorkerData` as the first line of the
+worker's stdin and reads the worker's messages from its stdout (`codemode_protocol`). The worker passes tool
+calls and `console.*` output on to the host and reports how the script settled. When the script ends, times
+out or is cancelled, the host kills the process: a script spinning in the VM can never hold up the host's own
+event loop.
 
 Importing this module starts nothing.
 """

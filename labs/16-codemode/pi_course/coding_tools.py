@@ -336,7 +336,8 @@ class EditParameters:
 
 
 def parse_edit_parameters(value: object) -> EditParameters:
-    """Accept `{path, oldText, newText}` or `{path, edits: [{oldText, newText}, …]}`; refuse an empty batch."""
+    """Accept `{path, oldText, newText}` or `{path, edits: [{oldText, newText}, …]}`; refuse an empty
+    batch."""
     # BEGIN LAB 8.4
     if not isinstance(value, dict):
         raise ValueError("参数必须是 object")

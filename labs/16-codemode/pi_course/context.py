@@ -272,7 +272,8 @@ def summary_messages(
     entry = compaction[0]
     if not groups or groups[0].entries[0].id != entry.first_kept_entry_id:
         raise ValueError(
-            f"compaction {entry.id} 的 firstKeptEntryId {entry.first_kept_entry_id} 不是完整 interaction 的首条 message"
+            f"compaction {entry.id} 的 firstKeptEntryId {entry.first_kept_entry_id} "
+            "不是完整 interaction 的首条 message"
         )
     return [UserMessage(content=[text(compaction_summary_text(entry.summary))], timestamp=entry.timestamp)]
     # END LAB 11.5

@@ -1,4 +1,5 @@
-"""pi_course at checkpoint 17: a hand-written MCP client brings the tools of other processes into the same registry, and the list of servers into the system prompt."""
+"""pi_course at checkpoint 17: a hand-written MCP client brings the tools of other processes into the same
+registry, and the list of servers into the system prompt."""
 
 from .agent import (
     BUSY,

@@ -184,7 +184,8 @@ def assert_within(root: str, candidate: str, label: str) -> None:
 
 
 def canonical(path: str) -> str:
-    """The real path, following every link; a missing file raises FileNotFoundError as Node's realpath does."""
+    """The real path, following every link; a missing file raises FileNotFoundError as Node's realpath
+    does."""
     return os.path.realpath(path, strict=True)
 
 
@@ -527,7 +528,8 @@ def error_message(error: BaseException) -> str:
 
 
 async def import_extension_file(source: ExtensionSource) -> ModuleType:
-    """Import the Python file at `source.path` as a fresh module (its top level runs now), for `import_module`.
+    """Import the Python file at `source.path` as a fresh module (its top level runs now), for
+    `import_module`.
 
     The module is not put in sys.modules: each load is its own module, and nothing else can import it.
     """

@@ -595,7 +595,8 @@ async def run_eval_case(eval_case: EvalCase) -> EvalReport:
 
 
 def valid_verdict(value: object) -> TypeGuard[TaskVerdict]:
-    """True for a verdict whose `passed` is exactly "every check is True"; anything else is the judge's fault."""
+    """True for a verdict whose `passed` is exactly "every check is True"; anything else is the judge's
+    fault."""
     # BEGIN LAB 14.2 valid_verdict
     if not isinstance(value, PassingTaskVerdict | FailingTaskVerdict):
         return False

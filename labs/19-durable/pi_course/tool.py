@@ -224,7 +224,8 @@ class ToolRegistry:
         return builtins.list(self._tools.values())
 
     def exposure_of(self, name: str) -> ToolExposure | None:
-        """The exposure of the tool registered under `name` (`direct` by default); None for an unknown name."""
+        """The exposure of the tool registered under `name` (`direct` by default); None for an unknown
+        name."""
         # BEGIN LAB 15.1
         tool = self._tools.get(name)
         return exposure_of_tool(tool) if tool is not None else None
@@ -272,7 +273,8 @@ class ToolRegistry:
         # END LAB 15.1
 
     def callable(self) -> builtins.list[Tool[Any, Any]]:
-        """The callable set (a script's view): every `codemode` / `deferred` tool, and active `direct` ones."""
+        """The callable set (a script's view): every `codemode` / `deferred` tool, and active `direct`
+        ones."""
         # BEGIN LAB 15.1
         found: builtins.list[Tool[Any, Any]] = []
         for tool in self._tools.values():

@@ -1,4 +1,5 @@
-"""pi_course at checkpoint 11: the session keeps every fact; each request gets a context rebuilt within a budget."""
+"""pi_course at checkpoint 11: the session keeps every fact; each request gets a context rebuilt within a
+budget."""
 
 from .agent import (
     BUSY,

@@ -1,4 +1,5 @@
-"""pi_course at checkpoint 14: an independent runner evaluates the complete agent and reports only fixed codes and counts."""
+"""pi_course at checkpoint 14: an independent runner evaluates the complete agent and reports only fixed codes
+and counts."""
 
 from .agent import (
     BUSY,

@@ -1,4 +1,5 @@
-"""pi_course at checkpoint 15: one registry derives the declared and the callable tool sets, and the transcript records what the model sees."""
+"""pi_course at checkpoint 15: one registry derives the declared and the callable tool sets, and the
+transcript records what the model sees."""
 
 from .agent import (
     BUSY,

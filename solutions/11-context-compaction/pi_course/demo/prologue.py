@@ -24,7 +24,8 @@ PrologueTraceType = Literal["user_message", "model_start", "assistant_message", 
 
 @dataclass
 class PrologueTraceEvent:
-    """One milestone of the trace: its position (from 1), owner, kind, a short detail, and a tool call's id."""
+    """One milestone of the trace: its position (from 1), owner, kind, a short detail, and a tool call's
+    id."""
 
     step: int
     owner: PrologueOwner
