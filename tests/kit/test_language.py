@@ -32,7 +32,7 @@ from learner_support import CLI
 from pi_course_kit.core import i18n
 from pi_course_kit.core.i18n import QUESTIONS_EN, read_questions
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.core.records import question_of
+from pi_course_kit.core.records import first_paragraph
 from pi_course_kit.instructor.grade import cli as grade_cli
 from sample_class import sample_class
 
@@ -235,7 +235,7 @@ def _focused_tests(course: Course) -> dict[str, dict[str, str]]:
     for path in sorted((course.root / "tests" / "focused").glob("test_*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         found[path.stem] = {
-            node.name: question_of(ast.get_docstring(node) or "")
+            node.name: first_paragraph(ast.get_docstring(node) or "")
             for node in ast.walk(tree)
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
         }
@@ -279,12 +279,13 @@ def test_a_question_wrapped_across_lines_is_read_whole() -> None:
 
         这一段是说明，不是问题。"""
     assert (
-        question_of(doc) == "取消恰好在 shell 启动期间到达时，是否仍然生效：命令被结束，结果是 aborted 吗？"
+        first_paragraph(doc)
+        == "取消恰好在 shell 启动期间到达时，是否仍然生效：命令被结束，结果是 aborted 吗？"
     )
-    assert question_of("Does the call end\n    with `aborted`?\n\n    Details.") == (
+    assert first_paragraph("Does the call end\n    with `aborted`?\n\n    Details.") == (
         "Does the call end with `aborted`?"
     )
-    assert question_of("") == ""
+    assert first_paragraph("") == ""
 
 
 def test_every_question_a_focused_test_asks_ends_as_a_question(real_course: Course) -> None:

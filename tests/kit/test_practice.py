@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from learner_support import run_cli, snapshot, solve
 from pi_course_kit import __version__, cli
-from pi_course_kit.core import i18n, records
+from pi_course_kit.core import i18n, records, regions
 from pi_course_kit.core.manifest import Checkpoint, Course
 from pi_course_kit.core.runner import run_tests
 from pi_course_kit.learner import practice
@@ -410,3 +410,19 @@ def test_two_saves_of_one_length_within_a_second_run_the_second(
     os.utime(teaching, ns=(stamp, stamp))  # the size and the mtime of the save the first run cached
     second = run_tests(folder, ("-m", "lab6_1"))
     assert any(test.outcome == "failed" for test in second.report.tests), second.output
+
+
+def test_a_stub_s_wrapped_summary_is_read_whole() -> None:
+    """Does the lab guide's summary of a stub keep the whole first paragraph of its docstring, where
+    that paragraph is wrapped over two lines, and leave out what follows it?"""
+    source = '''\
+def parse(text: str) -> str:
+    """Parse the edit's arguments into a batch, refusing an empty
+    list of edits.
+
+    Details the guide does not show.
+    """
+    raise LabNotImplemented("8.4", "parse")
+'''
+    (stub,) = regions.find_stubs(source)
+    assert stub.doc == "Parse the edit's arguments into a batch, refusing an empty list of edits."

@@ -68,22 +68,22 @@ def _wide(char: str) -> bool:
     return unicodedata.east_asian_width(char) in "WF"
 
 
-def question_of(doc: str) -> str:
-    """The question a test's docstring asks: its first paragraph, whose lines are joined again.
+def first_paragraph(doc: str) -> str:
+    """A docstring's first paragraph, its lines joined again: a test's question, a stub's summary.
 
-    A long question is wrapped to the line limit in the source. Two wrapped lines join with no space
+    A long sentence is wrapped to the line limit in the source. Two wrapped lines join with no space
     where both sides of the break are wide (CJK) characters, as Chinese is written, and with one
     space otherwise (between English words, and between a Chinese and a Latin word, as the course
     spaces them).
     """
-    question = ""
+    text = ""
     for raw in doc.strip().splitlines():
         line = raw.strip()
         if not line:
             break
-        gap = "" if not question or (_wide(question[-1]) and _wide(line[0])) else " "
-        question += gap + line
-    return question
+        gap = "" if not text or (_wide(text[-1]) and _wide(line[0])) else " "
+        text += gap + line
+    return text
 
 
 def status_of(value: object) -> Status | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 # The owner map (which lab's `# ## Lab X` section holds a line) is records': it travels into every staged
 # tree with that file. Exported here with the regions it belongs to.
 from pi_course_kit.core.records import LAB_SECTION as LAB_SECTION
+from pi_course_kit.core.records import first_paragraph
 from pi_course_kit.core.records import lab_at as lab_at
 from pi_course_kit.core.records import lab_of_line as lab_of_line
 
@@ -172,6 +173,6 @@ def find_stubs(source: str, filename: str = "<starter>") -> list[Stub]:
     for qualname, node in functions(ast.parse(source, filename)).items():
         raised = next((found for child in node.body if (found := _raised_lab(child))), None)
         if raised:
-            doc = (ast.get_docstring(node) or "").strip().splitlines()
-            stubs.append(Stub(raised[0], raised[1], qualname, node.lineno, doc[0] if doc else ""))
+            summary = first_paragraph(ast.get_docstring(node) or "")
+            stubs.append(Stub(raised[0], raised[1], qualname, node.lineno, summary))
     return sorted(stubs, key=lambda stub: stub.line)

@@ -40,6 +40,7 @@ from pi_course_records import (
     collector_paused,
     defined_at,
     edit_target,
+    first_paragraph,
     function_at,
     function_entry,
     function_line,
@@ -49,7 +50,6 @@ from pi_course_records import (
     module_data,
     next_step,
     parse_marker_line,
-    question_of,
     read_progress,
     record_line,
     render,
@@ -1421,7 +1421,7 @@ class ReportPlugin:
                     english = pi_course_i18n.english_question(
                         item.path, getattr(item, "originalname", item.name)
                     )
-                    record.question = english or question_of(doc)
+                    record.question = english or first_paragraph(doc)
                 if record.outcome == "failed" and record.exc_lab is None:
                     # Placed (and written out) after the test's teardown: see pytest_runtest_protocol.
                     first = not any(r.lab == record.lab and r.outcome == "failed" for r in self.records)

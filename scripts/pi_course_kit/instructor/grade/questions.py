@@ -7,7 +7,7 @@ from functools import cache
 from pathlib import Path
 
 from pi_course_kit.core.manifest import Checkpoint, Course
-from pi_course_kit.core.records import question_of
+from pi_course_kit.core.records import first_paragraph
 
 
 @cache
@@ -24,7 +24,7 @@ def _docstrings(path: Path) -> dict[str, str]:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 doc = ast.get_docstring(node)
                 if doc:
-                    found[prefix + node.name] = question_of(doc)
+                    found[prefix + node.name] = first_paragraph(doc)
             elif isinstance(node, ast.ClassDef):
                 visit(node.body, f"{prefix}{node.name}::")
 
