@@ -1099,9 +1099,7 @@ CONFIG = RuntimeConfig(
 @pytest.mark.edits(
     "McpRuntimeImpl.wait_for_direct_servers", "McpRuntimeImpl.sections", "RuntimeImpl._desired_system_state"
 )
-def test_the_servers_section_is_patched_only_on_change_and_the_first_prompt_waits_only_for_direct_servers(
-    # No fixtures: the parameter list is opened only because the name leaves no room for `() -> None`.
-) -> None:
+def test_the_servers_section_is_patched_only_on_change_and_the_first_prompt_waits_for_direct_ones() -> None:
     """mcp_servers 段落是否只在变化时打补丁；首个 prompt 是否只等有 direct 工具的服务器，且等待有上限？"""
 
     async def scenario() -> None:
