@@ -266,12 +266,13 @@ def test_waits_that_something_will_end_are_never_taken_for_stuck(
     }, [record.message for record in result.tests]
 
 
-@pytest.mark.parametrize(("pause", "runs"), [(0.0, 2), (1.5, 1)], ids=["computes", "waits"])
+@pytest.mark.parametrize(("pause", "runs"), [(0.0, 2), (1.5, 2), (4.5, 1)], ids=["computes", "gate", "waits"])
 def test_a_failure_that_waited_is_not_run_again_to_be_traced(
     course: Course, checkpoint: Checkpoint, tmp_path: Path, pause: float, runs: int
 ) -> None:
-    """Is a failed test run a second time (traced) only when it did not wait: a red that sleeps 1.5 s
-    comes back once, its edit line still naming the lab's function, while a quick red is traced?"""
+    """Is a failed test run a second time (traced) unless it waited out a long limit: a red that sleeps
+    4.5 s comes back once, its edit line still naming the lab's function, while a quick red and one
+    that waits 1.5 s (a gate) are traced?"""
     calls = tmp_path / "calls.log"
     fault = f"open({str(calls)!r}, 'a').write('x'); __import__('time').sleep({pause}); return -1"
     folder = faulty_folder(course, checkpoint, tmp_path, "add", fault)

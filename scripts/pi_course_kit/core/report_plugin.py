@@ -98,10 +98,11 @@ REPEAT_CPU = 0.3
 #: fails, seconds: a certainty, so a short look, where the time limit would make the learner wait.
 STUCK_WAIT = 0.5
 #: A failed test that spent this long waiting (its wall time less the process's CPU time, seconds) is
-#: not run again to be traced: the second run would wait as long, and a red that waits on a time limit
-#: would come back twice as late. Its `edit:` line is then taken from the traceback and the test's
-#: `edits` marker.
-RETRACE_WAIT = 1.0
+#: not run again to be traced: the second run would wait as long, and a red that waits out a time
+#: limit (a shell left running, a cancellation lost) would come back twice as late. Its `edit:` line
+#: is then taken from the traceback and the test's `edits` marker. Shorter waits are still traced: a
+#: test that gives concurrent code a second or two to start (a gate) and fails is placed by what ran.
+RETRACE_WAIT = 4.0
 
 
 class LearnerTimeout(BaseException):
