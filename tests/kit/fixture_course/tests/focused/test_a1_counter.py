@@ -1,4 +1,5 @@
-"""Focused tests of the fixture's checkpoint a1; the extra1 tests are skipped until fx_course/doubler.py exists."""  # noqa: E501 (a fixture: wrapping would move its lines)
+"""Focused tests of the fixture's checkpoint a1; the extra1 tests are skipped until
+fx_course/doubler.py exists."""
 
 import importlib
 import importlib.util
