@@ -97,11 +97,12 @@ REPEAT_CPU = 0.3
 #: How long an event loop that nothing can wake (see `_waits_forever`) is watched before the test
 #: fails, seconds: a certainty, so a short look, where the time limit would make the learner wait.
 STUCK_WAIT = 0.5
-#: A failed test that spent this long waiting (its wall time less the process's CPU time, seconds) is
-#: not run again to be traced: the second run would wait as long, and a red that waits out a time
-#: limit (a shell left running, a cancellation lost) would come back twice as late. Its `edit:` line
-#: is then taken from the traceback and the test's `edits` marker. Shorter waits are still traced: a
-#: test that gives concurrent code a second or two to start (a gate) and fails is placed by what ran.
+#: A failed test that spent this long waiting (its wall time less its CPU time and its time queued for
+#: a CPU, seconds) is not run again to be traced: the second run would wait as long, and a red that
+#: waits out a time limit (a shell left running, a cancellation lost) would come back twice as late.
+#: Its `edit:` line is then taken from the traceback and the test's `edits` marker. Shorter waits are
+#: still traced: a test that gives concurrent code a second or two to start (a gate) and fails is
+#: placed by what ran.
 RETRACE_WAIT = 4.0
 
 
@@ -136,6 +137,19 @@ def _refusing_os_exit() -> Iterator[None]:
 
 def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def _run_queue_seconds() -> float:
+    """How long this process's main thread has been ready to run and waiting for a CPU, in seconds.
+
+    Linux's /proc/self/schedstat (its second field, in nanoseconds); 0.0 where there is none, and then
+    a test on a loaded machine counts its time in the run queue as waiting.
+    """
+    try:
+        with open("/proc/self/schedstat", encoding="ascii") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _learner_frame(frame: FrameType | None) -> FrameType | None:
@@ -1150,13 +1164,14 @@ class ReportPlugin:
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
         """Bound the test body with the per-test alarm, armed only while it runs; note how long it waited."""
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu, queued = time.perf_counter(), time.process_time(), _run_queue_seconds()
         try:
             with self._alarm(item), self._no_search_on_stubs(item), self._tracing():
                 return (yield)
         finally:
-            waited = (time.perf_counter() - wall) - (time.process_time() - cpu)
-            item._pi_waited = waited  # type: ignore[attr-defined]
+            # Time spent ready to run but waiting for a CPU is load, not the test waiting: left out.
+            busy = (time.process_time() - cpu) + (_run_queue_seconds() - queued)
+            item._pi_waited = (time.perf_counter() - wall) - busy  # type: ignore[attr-defined]
 
     @contextmanager
     def _tracing(self) -> Iterator[None]:
