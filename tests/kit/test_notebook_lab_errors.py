@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import nbformat
+from pi_course_kit.core.manifest import Course
 from pi_course_kit.notebook import lab_errors
 from pi_course_kit.notebook.learner_copy import REPO_ONLY_TAG, write_learner_copy
 
@@ -122,3 +124,27 @@ def test_learner_copy_drops_outputs_counts_and_repository_only_cells(tmp_path: P
     assert "solutions/" not in target.read_text(encoding="utf-8")
     nbformat.validate(copy)
     assert nbformat.read(source, as_version=4).cells[1].outputs  # type: ignore[no-untyped-call]
+
+
+#: A lab error as a notebook shows it, quoted in a notebook's prose as an example.
+QUOTED_LAB_ERROR = re.compile(
+    r"Lab (?P<lab>\d+\.\d+) 未完成：(?P<target>\w+) · (?P<path>[\w/]+\.py):(?P<line>\d+) · pi-course hint"
+)
+
+
+def test_every_lab_error_a_notebook_quotes_names_the_line_its_starter_raises_at(real_course: Course) -> None:
+    """Where a notebook's prose shows the one line an unfinished lab gives, is it the line the learner
+    will really see: the starter's file and the line of that lab's `raise LabNotImplemented`?"""
+    quoted = 0
+    wrong = []
+    for checkpoint in real_course.checkpoints:
+        notebook = nbformat.read(real_course.root / checkpoint.notebook, as_version=4)  # type: ignore[no-untyped-call]
+        prose = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+        for found in QUOTED_LAB_ERROR.finditer(prose):
+            quoted += 1
+            lines = (real_course.root / checkpoint.starter / found["path"]).read_text(encoding="utf-8")
+            line = lines.splitlines()[int(found["line"]) - 1]
+            if f'raise LabNotImplemented("{found["lab"]}", "{found["target"]}")' not in line:
+                wrong.append(f"{checkpoint.notebook}: {found.group()} (that line is {line.strip()!r})")
+    assert quoted > 0
+    assert wrong == []
