@@ -4,14 +4,16 @@
 Run from the repository root with the kit's venv, on a machine with nothing else running (Linux: it
 reads /proc/stat):
 
-    python benchmarks/bench_suite_waits.py [-n 2] [--top 15] [-- PYTEST ARGS]
+    python benchmarks/bench_suite_waits.py [-n 2] [--top 15] [--keep DIR] [-- PYTEST ARGS]
 
 It runs the kit's suite with N workers and a small plugin that writes when each test starts and ends
 on each worker, while a thread reads the machine's busy and total CPU time every half second. For each
 half second, the idle core time (cores × wall − busy) is shared among the tests running then. A test
 that waits (a browser page going quiet, a time limit running out, a kernel starting) collects idle
-time; one that computes collects none. Prints the suite's wall, busy CPU and idle core time, then one
-Markdown row per test function (parameters folded): idle, wall on its worker, busy share.
+time; one that computes collects none. Prints the suite's wall, busy CPU and idle core time, when
+each worker's last test ended (a worker done early leaves its core idle), then one Markdown row per
+test function (parameters folded): idle, wall on its worker, busy share. `--keep DIR` saves the
+per-worker start and end logs.
 
 Why by hand: pytest's `--durations` and JUnit give each test's wall time only, and the busy CPU of
 the processes a test starts (Chromium, kernels, sandboxes, fork servers) is not its worker's.
