@@ -283,6 +283,42 @@ def test_a_failure_that_waited_is_not_run_again_to_be_traced(
     assert str(record.function).split(", ")[0] == "Counter.add"
 
 
+QUEUED_PROBE = """
+import os, subprocess, sys, time
+
+import pytest
+from pi_course_report import _run_queue_seconds
+
+
+@pytest.mark.lab1_1
+def test_time_queued_for_a_cpu_is_counted():
+    # This process and a busy child share one CPU: half of each slice is spent waiting in the queue.
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    rival = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        before, cpu = _run_queue_seconds(), time.process_time()
+        while time.process_time() - cpu < 0.6:
+            pass
+        queued = _run_queue_seconds() - before
+    finally:
+        rival.kill()
+        rival.wait()
+    assert queued > 0.2, queued
+"""
+
+
+def test_the_time_a_test_spent_queued_for_a_cpu_is_measured(
+    course: Course, checkpoint: Checkpoint, tmp_path: Path
+) -> None:
+    """Does the report read how long a test sat in the run queue (so that a loaded machine is not taken
+    for a test that waited): with a busy rival on its one CPU, 0.6 s of work queues more than 0.2 s?"""
+    folder = faulty_folder(course, checkpoint, tmp_path, "add", "pass", with_probe=False)
+    (folder / "tests" / "test_probe.py").write_text(QUEUED_PROBE, encoding="utf-8")
+    record = by_name(probe(folder))["test_time_queued_for_a_cpu_is_counted"]
+    assert record.outcome == "passed", record.message
+
+
 @pytest.mark.parametrize("fault", ["import sys; sys.exit(3)", "raise SystemExit", "import os; os._exit(3)"])
 def test_exiting_inside_a_test_still_ends_in_a_report(
     fault: str, course: Course, checkpoint: Checkpoint, tmp_path: Path
