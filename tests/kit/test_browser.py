@@ -25,6 +25,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Awaitable, Iterator
@@ -513,24 +514,51 @@ def _kernels(lab: Lab, name: str) -> list[dict[str, Any]]:
     return [s["kernel"] for s in lab.api("GET", "/api/sessions") if s.get("path") == name]
 
 
-def _kernel_settled(lab: Lab, name: str) -> None:
-    """Wait until the notebook's kernel is connected and has been idle for a second (JupyterLab's REST API).
+class KernelWatch:
+    """Watches the notebook's kernels from a thread, from the moment the notebook is opened: when they
+    were last seen busy, unconnected or absent (JupyterLab's REST API, every 0.2 s).
 
     Watched from here, not read from the server's `last_activity`: that time ignores the debugger's
     requests, and a kernel closed before it answered one logged "Could not restore the debugger state:
-    Canceled future for debug_request" (seen once in CI).
+    Canceled future for debug_request" (seen once in CI). Watching while the page renders, instead of
+    after it, lets the second of quiet pass at the same time.
     """
-    deadline, quiet_since = time.monotonic() + BUSY_BOUND, None
-    while time.monotonic() < deadline:
-        kernels = _kernels(lab, name)
-        idle = bool(kernels) and all(
-            k.get("execution_state") == "idle" and k.get("connections", 0) >= 1 for k in kernels
-        )
-        quiet_since = (quiet_since or time.monotonic()) if idle else None
-        if quiet_since is not None and time.monotonic() - quiet_since >= 1:
-            return
-        time.sleep(0.2)
-    raise TimeoutError
+
+    def __init__(self, lab: Lab, name: str) -> None:
+        self.lab, self.name = lab, name
+        self.quiet_since: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            try:
+                kernels = _kernels(self.lab, self.name)
+            except OSError:  # the server did not answer this time: not seen idle, so the count restarts
+                kernels = []
+            idle = bool(kernels) and all(
+                k.get("execution_state") == "idle" and k.get("connections", 0) >= 1 for k in kernels
+            )
+            self.quiet_since = (self.quiet_since or time.monotonic()) if idle else None
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> KernelWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def settled(self) -> None:
+        """Wait until the kernels have been connected and idle for a second without a break."""
+        deadline = time.monotonic() + BUSY_BOUND
+        while time.monotonic() < deadline:
+            since = self.quiet_since
+            if since is not None and time.monotonic() - since >= 1:
+                return
+            time.sleep(0.05)
+        raise TimeoutError
 
 
 async def _close_all(browser: LabBrowser) -> None:
@@ -566,11 +594,13 @@ def test_notebook_opens_in_jupyterlab_goes_idle_and_logs_no_error(
     jupyterlab = lab_browser.lab
     nbformat.write(nb, jupyterlab.root / name)  # type: ignore[no-untyped-call]
     try:
-        visit, low, outputs = session.run(_notebook(session, lab_browser, name, len(nb.cells)))
-        # The page stays open for the next notebook: let the kernel answer what JupyterLab asked it on
-        # start (the debugger's state, a subshell), then close the notebook there, before the kernel
-        # goes. Killing it under an open notebook logs "Canceled future … before replies were done".
-        _kernel_settled(jupyterlab, name)
+        with KernelWatch(jupyterlab, name) as kernel:
+            visit, low, outputs = session.run(_notebook(session, lab_browser, name, len(nb.cells)))
+            # The page stays open for the next notebook: let the kernel answer what JupyterLab asked it
+            # on start (the debugger's state, a subshell), then close the notebook there, before the
+            # kernel goes. Killing it under an open notebook logs "Canceled future … before replies
+            # were done".
+            kernel.settled()
         session.run(_close_all(lab_browser))
         _kernel_released(jupyterlab, name)
     except TimeoutError:
