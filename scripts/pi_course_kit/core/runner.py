@@ -74,6 +74,11 @@ class RunResult:
         return next((row for row in self.labs if row.id == lab_id), None)
 
 
+def cpus() -> int:
+    """How many CPUs this process may run on (its affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def pytest_command(args: Sequence[str] = ()) -> list[str]:
     """The interpreter command that runs pytest for a tree."""
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]

@@ -19,7 +19,6 @@ import hashlib
 import importlib
 import importlib.metadata
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -32,6 +31,7 @@ from pi_course_kit.core import runner
 from pi_course_kit.core.files import write_text_atomically
 from pi_course_kit.core.i18n import _
 from pi_course_kit.core.manifest import Checkpoint, Course
+from pi_course_kit.core.runner import cpus as cpus
 from pi_course_kit.instructor import promises as checks
 from pi_course_kit.instructor.grade.mutation_map import default_cache
 from pi_course_kit.instructor.mutate import (
@@ -197,11 +197,6 @@ def jobs(
         ),
     ]
     return [job for job in all_jobs if job.kind in chosen]
-
-
-def cpus() -> int:
-    """How many CPUs this process may run on (its affinity, not the machine's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 #: The distributions whose versions decide how the focused tests and the notebooks run.

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import unicodedata
 from collections import Counter
@@ -24,6 +23,7 @@ from pi_course_kit.core.locate import course_manifest, kit_cache
 from pi_course_kit.core.manifest import Course
 from pi_course_kit.core.records import FolderMeta, clean
 from pi_course_kit.core.runner import RUNS_FOLDER
+from pi_course_kit.core.runner import cpus as cpus
 from pi_course_kit.instructor.grade import (
     class_report,
     classroom,
@@ -178,11 +178,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     add_manifest_option(parser)
-
-
-def cpus() -> int:
-    """How many CPUs this process may run on (its affinity, not the machine's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _check_output(path: Path | None, option: str) -> None:

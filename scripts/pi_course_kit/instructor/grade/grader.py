@@ -24,6 +24,7 @@ from pi_course_kit.core.i18n import LANG_ENV, _
 from pi_course_kit.core.manifest import Checkpoint, Course, ManifestError
 from pi_course_kit.core.records import FolderMeta, RunReport, TestRecord, clean
 from pi_course_kit.core.runner import JSON_ENV, pytest_command
+from pi_course_kit.core.runner import cpus as runner_cpus
 from pi_course_kit.core.staging import TESTS_DIR, pytest_ini, stage_tree, test_files
 from pi_course_kit.instructor.grade import (
     bwrap,
@@ -704,7 +705,7 @@ def _reference_error(checkpoint: Checkpoint, failures: Sequence[_Failure]) -> st
     """
     failure = failures[-1]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cpus = runner_cpus()
     if any(found.timed_out for found in failures):
         cause = _("a time limit (load average {load:.1f} on {cpus} CPU(s)); raise --timeout or grade later")
     elif len({(found.test, found.outcome, found.detail) for found in failures}) > 1:
