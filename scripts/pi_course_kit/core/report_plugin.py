@@ -1163,15 +1163,17 @@ class ReportPlugin:
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
-        """Bound the test body with the per-test alarm, armed only while it runs; note how long it waited."""
+        """Bound the test body with the per-test alarm, armed only while it runs; note how long a failed
+        one waited (see RETRACE_WAIT)."""
         wall, cpu, queued = time.perf_counter(), time.process_time(), _run_queue_seconds()
         try:
             with self._alarm(item), self._no_search_on_stubs(item), self._tracing():
                 return (yield)
-        finally:
+        except BaseException:
             # Time spent ready to run but waiting for a CPU is load, not the test waiting: left out.
             busy = (time.process_time() - cpu) + (_run_queue_seconds() - queued)
             item._pi_waited = (time.perf_counter() - wall) - busy  # type: ignore[attr-defined]
+            raise
 
     @contextmanager
     def _tracing(self) -> Iterator[None]:
