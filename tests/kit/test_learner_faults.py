@@ -46,13 +46,28 @@ def test_the_run_goes_on():
 '''
 
 
-def faulty_folder(
-    course: Course, checkpoint: Checkpoint, root: Path, function: str, fault: str, with_probe: bool = True
+def probe_folder(
+    course: Course, checkpoint: Checkpoint, root: Path, probe_source: str | None = PROBE
 ) -> Path:
-    """A solved practice folder whose method `function` starts with `fault`, plus (by default) the probe
-    tests."""
+    """A solved practice folder whose tests/test_probe.py is `probe_source` (None: no probe tests)."""
     folder = make_folder(course, checkpoint, root / "p")
     solve(course, checkpoint, folder)
+    if probe_source is not None:
+        (folder / "tests" / "test_probe.py").write_text(probe_source, encoding="utf-8")
+    return folder
+
+
+def faulty_folder(
+    course: Course,
+    checkpoint: Checkpoint,
+    root: Path,
+    function: str,
+    fault: str,
+    probe_source: str | None = PROBE,
+) -> Path:
+    """A solved practice folder whose method `function` starts with `fault`, with `probe_source` as its
+    probe tests (by default PROBE)."""
+    folder = probe_folder(course, checkpoint, root, probe_source)
     counter = folder / "fx_course" / "counter.py"
     lines = counter.read_text(encoding="utf-8").splitlines(keepends=True)
     start = next(i for i, line in enumerate(lines) if line.lstrip().startswith(f"def {function}("))
@@ -60,8 +75,6 @@ def faulty_folder(
     docstring = next(i for i in range(start, len(lines)) if '"""' in lines[i])
     lines.insert(docstring + 1, f"{indent}{fault}  # FAULT\n")
     counter.write_text("".join(lines), encoding="utf-8")
-    if with_probe:
-        (folder / "tests" / "test_probe.py").write_text(PROBE, encoding="utf-8")
     return folder
 
 
@@ -85,7 +98,7 @@ def test_syntax_error_is_one_line_with_its_lab(
     course: Course, checkpoint: Checkpoint, tmp_path: Path
 ) -> None:
     """Is a syntax error in counter.py reported as file:line and its lab, without importlib/pytest frames?"""
-    folder = faulty_folder(course, checkpoint, tmp_path, "reset", "return self +", with_probe=False)
+    folder = faulty_folder(course, checkpoint, tmp_path, "reset", "return self +", probe_source=None)
     line = fault_line(folder)
     result = run_tests(folder, timeout=90)
     assert result.finished and not result.tests
@@ -144,8 +157,7 @@ OTHER_THREAD = "import threading, time; threading.Thread(target=time.sleep, args
 
 def waited_message(course: Course, checkpoint: Checkpoint, root: Path, fault: str, limit: str) -> str:
     """The failure message of WAITING_PROBE's test when Counter.add starts with `fault`, under `limit` s."""
-    folder = faulty_folder(course, checkpoint, root, "add", fault, with_probe=False)
-    (folder / "tests" / "test_probe.py").write_text(WAITING_PROBE, encoding="utf-8")
+    folder = faulty_folder(course, checkpoint, root, "add", fault, WAITING_PROBE)
     result = probe(folder, "--timeout", limit)
     assert result.finished and not result.timed_out
     waited = by_name(result)["test_waits_on_the_learner"]
@@ -253,9 +265,7 @@ def test_waits_that_something_will_end_are_never_taken_for_stuck(
     """A loop with nothing ready can still be woken: by another thread, a file a child writes to, a signal
     it handles, a subprocess it waits for. Does each such wait, longer than the look at a stuck loop,
     pass?"""
-    folder = make_folder(course, checkpoint, tmp_path / "p")
-    solve(course, checkpoint, folder)
-    (folder / "tests" / "test_probe.py").write_text(WAKING_PROBE, encoding="utf-8")
+    folder = probe_folder(course, checkpoint, tmp_path, WAKING_PROBE)
     result = probe(folder, "--timeout", "30")
     assert result.finished and not result.timed_out
     assert {name: record.outcome for name, record in by_name(result).items()} == {
@@ -313,8 +323,7 @@ def test_the_time_a_test_spent_queued_for_a_cpu_is_measured(
 ) -> None:
     """Does the report read how long a test sat in the run queue (so that a loaded machine is not taken
     for a test that waited): with a busy rival on its one CPU, 0.6 s of work queues more than 0.2 s?"""
-    folder = faulty_folder(course, checkpoint, tmp_path, "add", "pass", with_probe=False)
-    (folder / "tests" / "test_probe.py").write_text(QUEUED_PROBE, encoding="utf-8")
+    folder = probe_folder(course, checkpoint, tmp_path, QUEUED_PROBE)
     record = by_name(probe(folder))["test_time_queued_for_a_cpu_is_counted"]
     assert record.outcome == "passed", record.message
 
@@ -396,9 +405,7 @@ def test_a_failure_rendered_during_a_collection_is_reported_not_an_internal_erro
     whose traceback parses again, and the run ended in `SystemError: AST constructor recursion depth
     mismatch` (an INTERNALERROR; seen with a 9.2 mistake on the second run of a folder). Does the
     failure come back as an ordinary one instead?"""
-    folder = make_folder(course, checkpoint, tmp_path / "p")
-    solve(course, checkpoint, folder)
-    (folder / "tests" / "test_probe.py").write_text(FINALIZER_PROBE, encoding="utf-8")
+    folder = probe_folder(course, checkpoint, tmp_path, FINALIZER_PROBE)
     result = probe(folder)
     assert result.finished and "INTERNALERROR" not in result.output, result.output[-3000:]
     (record,) = result.tests
