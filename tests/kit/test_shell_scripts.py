@@ -8,13 +8,14 @@ shows up as a broken set-up rather than a failing test. shellcheck is the dev ex
 from __future__ import annotations
 
 import subprocess
-import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+#: The dev extra's shellcheck, where test_routes finds it beside jactionlint.
+SHELLCHECK = Path(sysconfig.get_path("scripts")) / "shellcheck"
 
 
 def shell_scripts() -> list[Path]:
